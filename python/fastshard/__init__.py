@@ -1,0 +1,88 @@
+"""fastshard: tensorizer ``.tensors`` files from storage into torch, fast.
+
+The torch-facing API is imported on first use, so ``fastshard inspect`` and
+``fastshard verify`` start quickly and work without torch installed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import (
+    AuthError,
+    FastshardError,
+    FormatError,
+    IntegrityError,
+    InvalidArgumentError,
+    NotFoundError,
+    ObjectChangedError,
+    ShardMismatchError,
+    StorageError,
+    ThrottledError,
+    UnsupportedError,
+)
+
+if TYPE_CHECKING:
+    from .module import load
+    from .reader import LoadStats, TensorFile, TensorInfo, load_state_dict, open
+    from .writer import save
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("fastshard")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__ = _version()
+
+_LAZY = {
+    "open": "reader",
+    "load_state_dict": "reader",
+    "TensorFile": "reader",
+    "TensorInfo": "reader",
+    "LoadStats": "reader",
+    "load": "module",
+    "save": "writer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fastshard' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "AuthError",
+    "FastshardError",
+    "FormatError",
+    "IntegrityError",
+    "InvalidArgumentError",
+    "LoadStats",
+    "NotFoundError",
+    "ObjectChangedError",
+    "ShardMismatchError",
+    "StorageError",
+    "TensorFile",
+    "TensorInfo",
+    "ThrottledError",
+    "UnsupportedError",
+    "__version__",
+    "load",
+    "load_state_dict",
+    "open",
+    "save",
+]

@@ -1,0 +1,9 @@
+"""``python -m fastshard`` runs the command-line tool."""
+
+from __future__ import annotations
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

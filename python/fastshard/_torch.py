@@ -1,0 +1,108 @@
+"""torch-side helpers: dtype names, destination tensors and byte views.
+
+The native module only ever sees dtype *names* and raw byte buffers; this file
+is where those become torch objects, so it is the one place that knows about
+torch dtypes numpy cannot represent (bfloat16, float8, complex32).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Union
+
+import numpy as np
+import torch
+
+from .errors import InvalidArgumentError, UnsupportedError
+
+DeviceLike = Union[str, torch.device]
+DtypeLike = Union[str, torch.dtype]
+
+
+def dtype_from_name(name: str, *, tensor: str | None = None, uri: str | None = None) -> torch.dtype:
+    """``"bfloat16"`` → ``torch.bfloat16``; a name this torch build lacks is an
+    UnsupportedError (an old torch reading a file with e.g. float8_e8m0fnu)."""
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise UnsupportedError(
+            f"dtype {name!r} of tensor {tensor!r} is not available in torch {torch.__version__}",
+            uri=uri,
+            tensor=tensor,
+        )
+    return dtype
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` → ``"bfloat16"`` (the name the native module takes)."""
+    return str(dtype)[len("torch.") :]
+
+
+def as_dtype(value: DtypeLike) -> torch.dtype:
+    if isinstance(value, torch.dtype):
+        return value
+    if isinstance(value, str):
+        return dtype_from_name(value[len("torch.") :] if value.startswith("torch.") else value)
+    raise InvalidArgumentError(f"dtype must be a torch.dtype or its name, not {value!r}")
+
+
+def is_castable_float(dtype: torch.dtype) -> bool:
+    """The dtypes ``dtype=`` may cast: real floating types only. Integers, bool
+    and complex keep their type (tensorizer #206 cast complex too and lost the
+    imaginary part)."""
+    return dtype.is_floating_point
+
+
+def empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    return torch.empty(tuple(shape), dtype=dtype, device="cpu")
+
+
+def writable_bytes(tensor: torch.Tensor) -> np.ndarray:
+    """A writable uint8 view of a contiguous CPU tensor's memory.
+
+    Viewing as uint8 in torch *before* going to numpy is what makes bfloat16,
+    float8 and complex32 work (numpy has no such dtypes); reshape(-1) first
+    gives 0-dim tensors the one dimension a dtype view needs.
+    """
+    if tensor.device.type != "cpu" or not tensor.is_contiguous():
+        raise InvalidArgumentError("destination must be a contiguous CPU tensor")
+    flat = tensor.detach().reshape(-1)
+    if flat.numel() == 0:
+        return np.empty(0, dtype=np.uint8)
+    return flat.view(torch.uint8).numpy()
+
+
+def readable_bytes(tensor: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
+    """Bytes of a tensor to save, and the tensor that owns them (keep it alive
+    until the write returns). Meta tensors have no bytes; the caller records
+    them as zero-filled."""
+    if tensor.is_meta:
+        return np.empty(0, dtype=np.uint8), tensor
+    if tensor.layout != torch.strided or tensor.is_quantized:
+        raise InvalidArgumentError(
+            f"only dense tensors can be saved, not layout {tensor.layout} / {tensor.dtype}"
+        )
+    # resolve_conj/neg: lazily conjugated views have no numpy equivalent.
+    owner = tensor.detach().resolve_conj().resolve_neg().to("cpu").contiguous()
+    flat = owner.reshape(-1)
+    if flat.numel() == 0:
+        return np.empty(0, dtype=np.uint8), owner
+    return flat.view(torch.uint8).numpy(), owner
+
+
+def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Move a freshly loaded CPU tensor to its target device.
+
+    The one seam a CUDA fast path (pinned staging, side streams) plugs into.
+    """
+    if device.type == "cpu":
+        return tensor
+    return tensor.to(device)
+
+
+def as_device(device: DeviceLike | None) -> torch.device:
+    if device is None:
+        return torch.device("cpu")
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise InvalidArgumentError(f"invalid device {device!r}: {exc}") from None

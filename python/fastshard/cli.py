@@ -1,0 +1,176 @@
+"""``fastshard inspect`` and ``fastshard verify``.
+
+Uses the native reader directly (no torch import): inspecting or verifying a
+file should start in milliseconds and work where torch is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from . import _native
+from .errors import FastshardError, IntegrityError
+
+# verify reuses one buffer of this size, so memory stays bounded whatever the
+# file size (a single larger tensor gets a buffer of its own size).
+VERIFY_BATCH_BYTES = 256 << 20
+TYPES = {0: "param", 1: "buffer", 2: "state_dict"}
+
+EXIT_OK, EXIT_MISMATCH, EXIT_ERROR = 0, 1, 2
+
+
+def _nbytes(dtype: str, shape: Sequence[int]) -> int:
+    n = _native.dtype_itemsize(dtype)
+    for dim in shape:
+        n *= dim
+    return n
+
+
+def _entries(reader: _native.Reader) -> list[dict[str, Any]]:
+    out = []
+    for name, path, ttype, dtype, shape, hoff, doff, dlen in reader.entries():
+        out.append(
+            {
+                "name": name,
+                "path": path,
+                "tensor_type": TYPES.get(ttype, str(ttype)),
+                "dtype": dtype,
+                "shape": list(shape),
+                "nbytes": _nbytes(dtype, shape),
+                "stored_bytes": dlen,
+                "header_offset": hoff,
+                "offset": doff,
+            }
+        )
+    return out
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    reader = _native.Reader(args.uri)
+    tensors = _entries(reader)
+    summary = {
+        "uri": reader.uri,
+        "version": reader.version,
+        "file_size": reader.file_size,
+        "encrypted": reader.encrypted,
+        "count": len(tensors),
+        "tensor_bytes": sum(t["nbytes"] for t in tensors),
+    }
+    if args.json:
+        json.dump({**summary, "tensors": tensors}, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return EXIT_OK
+    print(
+        f"{reader.uri}: tensorizer data version {reader.version}, "
+        f"{reader.file_size} bytes ({_human(reader.file_size)}), {len(tensors)} tensors, "
+        f"{_human(summary['tensor_bytes'])} of tensor data"
+        + (", encrypted" if reader.encrypted else "")
+    )
+    rows = [("name", "dtype", "shape", "bytes", "offset")]
+    for t in tensors:
+        shape = "(" + ", ".join(str(d) for d in t["shape"]) + ")"
+        rows.append((t["name"], t["dtype"], shape, str(t["nbytes"]), str(t["offset"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+    return EXIT_OK
+
+
+def _batches(sizes: list[int], limit: int) -> Iterator[list[int]]:
+    batch: list[int] = []
+    total = 0
+    for i, size in enumerate(sizes):
+        if batch and total + size > limit:
+            yield batch
+            batch, total = [], 0
+        batch.append(i)
+        total += size
+    if batch:
+        yield batch
+
+
+def _verify(reader: _native.Reader, indices: list[int], sizes: list[int], pool: bytearray) -> None:
+    need = sum(sizes[i] for i in indices)
+    mem = memoryview(pool if need <= len(pool) else bytearray(need))
+    views = []
+    pos = 0
+    for i in indices:
+        views.append(mem[pos : pos + sizes[i]])
+        pos += sizes[i]
+    reader.load(indices, views, verify_hash=True)
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    reader = _native.Reader(args.uri)
+    entries = reader.entries()
+    sizes = [_nbytes(e[3], e[4]) for e in entries]
+    pool = bytearray(min(args.batch_bytes, sum(sizes)))
+    bad: list[IntegrityError] = []
+    for batch in _batches(sizes, args.batch_bytes):
+        try:
+            _verify(reader, batch, sizes, pool)
+        except IntegrityError as err:
+            # A batch stops at its first mismatch; recheck its tensors one by
+            # one so every bad tensor is reported.
+            if len(batch) == 1:
+                bad.append(err)
+                continue
+            for i in batch:
+                try:
+                    _verify(reader, [i], sizes, pool)
+                except IntegrityError as one:
+                    bad.append(one)
+    for err in bad:
+        print(f"MISMATCH {err}", file=sys.stderr)
+    if bad:
+        print(f"{reader.uri}: {len(bad)} of {len(entries)} tensors failed verification")
+        return EXIT_MISMATCH
+    print(f"OK {reader.uri}: {len(entries)} tensors, {sum(sizes)} bytes, hashes match")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fastshard", description="Inspect and verify tensorizer .tensors files."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("inspect", help="list the tensors in a file")
+    p.add_argument("uri")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_inspect)
+    p = sub.add_parser("verify", help="check every tensor's CRC32 and SHA-256")
+    p.add_argument("uri")
+    p.add_argument(
+        "--batch-bytes",
+        type=int,
+        default=VERIFY_BATCH_BYTES,
+        help="bytes of tensors read per batch (bounds memory; default 256 MiB)",
+    )
+    p.set_defaults(func=cmd_verify)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except IntegrityError as err:
+        print(f"fastshard: {err}", file=sys.stderr)
+        return EXIT_MISMATCH
+    except (FastshardError, OSError) as err:
+        print(f"fastshard: {type(err).__name__}: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130

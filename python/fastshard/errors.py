@@ -1,0 +1,77 @@
+"""The one exception hierarchy. The native module raises these classes (it
+imports this module), so Python and Rust errors look the same to callers."""
+
+from __future__ import annotations
+
+
+class FastshardError(Exception):
+    """Base class. ``uri``, ``tensor`` and ``byte_range`` locate the failure
+    when known; messages never contain credentials."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        uri: str | None = None,
+        tensor: str | None = None,
+        byte_range: tuple[int, int] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.uri = uri
+        self.tensor = tensor
+        self.byte_range = byte_range
+
+
+class FormatError(FastshardError):
+    """The bytes are not a valid tensorizer file, or disagree with its index."""
+
+
+class IntegrityError(FastshardError):
+    """A stored hash or authentication tag did not match the data."""
+
+
+class ShardMismatchError(FastshardError):
+    """Shard files or ranks do not fit the requested world size."""
+
+
+class StorageError(FastshardError):
+    """The storage (file system, S3, HTTP) failed."""
+
+
+class NotFoundError(StorageError, FileNotFoundError):
+    """The file, object or bucket does not exist."""
+
+
+class AuthError(StorageError):
+    """Credentials were missing or rejected."""
+
+
+class ThrottledError(StorageError):
+    """The store kept asking us to slow down."""
+
+
+class ObjectChangedError(StorageError):
+    """The object changed while it was being read."""
+
+
+class InvalidArgumentError(FastshardError, ValueError):
+    """An option, buffer or name the caller passed cannot be used."""
+
+
+class UnsupportedError(FastshardError):
+    """A feature of the file that this build cannot handle."""
+
+
+__all__ = [
+    "AuthError",
+    "FastshardError",
+    "FormatError",
+    "IntegrityError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "ObjectChangedError",
+    "ShardMismatchError",
+    "StorageError",
+    "ThrottledError",
+    "UnsupportedError",
+]

@@ -1,0 +1,216 @@
+"""``fastshard.load``: fill an ``nn.Module``'s parameters and buffers from a file."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import _torch
+from .errors import FormatError, InvalidArgumentError
+from .reader import LoadStats, TensorFile, check_rank
+
+# Per-rank URI templates ("model-rank-%03d.tensors", "{rank}") need sharding.
+_TEMPLATE = re.compile(r"\{rank\}|%0?\d*d")
+_LIST_LIMIT = 20
+
+
+@dataclass
+class _Target:
+    """One parameter/buffer name of the model and where it lives."""
+
+    tensor: torch.Tensor
+    owner: torch.nn.Module | None  # None: a state_dict entry we can't locate
+    attr: str
+    is_param: bool
+    required: bool
+
+
+@dataclass
+class _Job:
+    target: _Target
+    index: int  # in the file
+    dest: torch.Tensor  # what the native load fills
+    copy_into: torch.Tensor | None  # copy dest into this afterwards
+
+
+def _targets(model: torch.nn.Module) -> dict[str, _Target]:
+    # state_dict decides what is required (it is what users expect strict to
+    # mean); the module walk adds owners and the non-persistent buffers that
+    # tensorizer's write_module also stores.
+    required = {
+        k for k, v in model.state_dict(keep_vars=True).items() if isinstance(v, torch.Tensor)
+    }
+    found: dict[str, _Target] = {}
+    for prefix, mod in model.named_modules(remove_duplicate=False):
+        dot = f"{prefix}." if prefix else ""
+        for attr, p in mod._parameters.items():
+            if p is not None:
+                name = dot + attr
+                found[name] = _Target(p, mod, attr, True, name in required)
+        for attr, b in mod._buffers.items():
+            if b is not None:
+                name = dot + attr
+                found[name] = _Target(b, mod, attr, False, name in required)
+    for name, value in model.state_dict(keep_vars=True).items():
+        if isinstance(value, torch.Tensor) and name not in found:
+            found[name] = _Target(value, None, name, False, True)
+    return found
+
+
+def _file_names(f: TensorFile) -> dict[str, int]:
+    """File name → index, with write_module's leading "." of root tensors removed."""
+    out: dict[str, int] = {}
+    for i, name in enumerate(f.keys()):
+        key = name[1:] if name.startswith(".") else name
+        if key in out:
+            raise FormatError(f"{f.uri}: two tensors are both named {key!r}", uri=f.uri, tensor=key)
+        out[key] = i
+    return out
+
+
+def _listing(label: str, names: list[str]) -> str:
+    shown = ", ".join(names[:_LIST_LIMIT])
+    more = f" (+{len(names) - _LIST_LIMIT} more)" if len(names) > _LIST_LIMIT else ""
+    return f"{label} ({len(names)}): {shown}{more}"
+
+
+def _check(
+    f: TensorFile, targets: dict[str, _Target], in_file: dict[str, int], strict: bool
+) -> None:
+    missing = [n for n, t in targets.items() if t.required and n not in in_file]
+    unexpected = [n for n in in_file if n not in targets]
+    mismatched = [
+        f"{n} (model {tuple(t.tensor.shape)}, file {f.info_at(in_file[n]).shape})"
+        for n, t in targets.items()
+        if n in in_file and tuple(t.tensor.shape) != f.info_at(in_file[n]).shape
+    ]
+    problems = []
+    if strict and missing:
+        problems.append(_listing("missing from the file", missing))
+    if strict and unexpected:
+        problems.append(_listing("not in the model", unexpected))
+    # Like torch's load_state_dict, a shape mismatch is an error even when
+    # not strict: there is nothing sensible to copy.
+    if mismatched:
+        problems.append(_listing("shape mismatch", mismatched))
+    if problems:
+        raise InvalidArgumentError(
+            f"{f.uri} does not fit the model: " + "; ".join(problems), uri=f.uri
+        )
+
+
+def _plan(f: TensorFile, targets: dict[str, _Target], in_file: dict[str, int]) -> list[_Job]:
+    jobs: list[_Job] = []
+    replaced: dict[int, torch.Tensor] = {}  # id(meta tensor) → its new CPU tensor
+    claimed: list[tuple[int, int]] = []  # memory ranges already filled in place
+    order = sorted((in_file[n], n) for n in targets if n in in_file)
+    for index, name in order:
+        t = targets[name]
+        info = f.info_at(index)
+        dest: torch.Tensor = t.tensor
+        if dest.is_meta:
+            if t.owner is None:
+                raise InvalidArgumentError(f"cannot allocate meta tensor {name!r}: owner unknown")
+            if id(dest) not in replaced:
+                replaced[id(dest)] = _torch.empty(info.shape, dest.dtype)
+            dest = replaced[id(dest)]
+        if _in_place_ok(dest, info.dtype, claimed):
+            jobs.append(_Job(t, index, dest, None))
+        else:
+            jobs.append(_Job(t, index, _torch.empty(info.shape, info.dtype), dest))
+    return jobs
+
+
+def _in_place_ok(dest: torch.Tensor, dtype: torch.dtype, claimed: list[tuple[int, int]]) -> bool:
+    """The native load may write into ``dest`` itself: same dtype, contiguous
+    CPU memory that no other in-place destination overlaps (tied or aliased
+    weights are filled once, the other names go through a copy)."""
+    if dest.device.type != "cpu" or dest.dtype != dtype or not dest.is_contiguous():
+        return False
+    if dest.numel() == 0:
+        return True
+    start = dest.data_ptr()
+    end = start + dest.numel() * dest.element_size()
+    if any(s < end and start < e for s, e in claimed):
+        return False
+    claimed.append((start, end))
+    return True
+
+
+def _apply(jobs: list[_Job]) -> None:
+    """After a successful read: copy temporaries and install new tensors
+    in place of meta ones, keeping Parameter-ness, requires_grad and attributes."""
+    installed: dict[int, torch.Tensor] = {}
+    with torch.no_grad():
+        for job in jobs:
+            if job.copy_into is not None:
+                job.copy_into.copy_(job.dest)
+    for job in jobs:
+        t = job.target
+        if not t.tensor.is_meta:
+            continue
+        new = job.copy_into if job.copy_into is not None else job.dest
+        if id(t.tensor) not in installed:
+            if t.is_param:
+                param = torch.nn.Parameter(new, requires_grad=t.tensor.requires_grad)
+                param.__dict__.update(t.tensor.__dict__)
+                installed[id(t.tensor)] = param
+            else:
+                installed[id(t.tensor)] = new
+        value = installed[id(t.tensor)]
+        assert t.owner is not None  # _plan refused meta tensors without owner
+        if t.is_param:
+            t.owner.register_parameter(t.attr, value)  # type: ignore[arg-type]
+        else:
+            t.owner.register_buffer(
+                t.attr, value, persistent=t.attr not in t.owner._non_persistent_buffers_set
+            )
+
+
+def load(
+    model: torch.nn.Module,
+    uri: str | os.PathLike[str],
+    rank: int | None = 0,
+    world_size: int | None = None,
+    *,
+    strict: bool = True,
+    **opts: Any,
+) -> LoadStats:
+    """Copy a file's tensors into ``model``'s parameters and buffers.
+
+    Names are matched against ``model.state_dict()`` (plus non-persistent
+    buffers, which tensorizer's ``write_module`` also stores, but which may be
+    absent); root-module names written as ".name" match "name". With
+    ``strict`` every state_dict name must be in the file and every file name
+    in the model; shapes must always match. All of that is checked before any
+    tensor byte is read, so a mismatch leaves the model untouched.
+
+    CPU parameters of the file's dtype are filled in place; others are loaded
+    into a temporary and copied (cast) in. Meta parameters and buffers are
+    replaced by CPU tensors holding the loaded values. If the read itself
+    fails, in-place destinations may hold partial data.
+
+    Options are those of ``fastshard.open``.
+    """
+    started = time.perf_counter()
+    if _TEMPLATE.search(os.fspath(uri)):
+        raise InvalidArgumentError(
+            f"{os.fspath(uri)!r} looks like a per-rank template; per-rank files arrive "
+            "with tensor-parallel support"
+        )
+    check_rank(rank, world_size)
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidArgumentError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    with TensorFile(uri, **opts) as f:
+        targets = _targets(model)
+        in_file = _file_names(f)
+        _check(f, targets, in_file, strict)
+        jobs = _plan(f, targets, in_file)
+        stats = f.fill([j.index for j in jobs], [j.dest for j in jobs])
+        _apply(jobs)
+        return f.finish_stats(stats, started)

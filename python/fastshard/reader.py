@@ -1,0 +1,333 @@
+"""Reading: ``fastshard.open`` / ``TensorFile`` and ``fastshard.load_state_dict``."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Union
+
+import torch
+
+from . import _native, _torch
+from .errors import FormatError, InvalidArgumentError, ShardMismatchError, UnsupportedError
+
+PathPart = Union[str, int]
+NameOrPath = Union[str, Sequence[PathPart]]
+StateDict = Union[dict[str, torch.Tensor], dict[Any, Any], list[Any]]
+
+# Options the native load understands today.
+_LOAD_OPTS = frozenset({"verify_hash", "concurrency", "part_size_bytes"})
+# Part of the public contract but implemented by later work; refusing them
+# beats silently ignoring e.g. an encryption key.
+_LATER_OPTS = frozenset(
+    {
+        "max_host_bytes",
+        "encryption",
+        "s3_endpoint",
+        "s3_access_key_id",
+        "s3_secret_access_key",
+        "s3_region",
+        "progress",
+    }
+)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What the index says about one tensor. ``nbytes`` is its size in memory
+    (meta tensors store no bytes but load as zeros of this size); ``offset`` is
+    the absolute file offset of its data; ``path`` is set for nested
+    (0x1E path) names; ``tensor_type`` is 0 param, 1 buffer, 2 state dict."""
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    nbytes: int
+    offset: int
+    path: tuple[PathPart, ...] | None
+    tensor_type: int
+
+
+@dataclass
+class LoadStats:
+    """Counters of one load. ``seconds`` is the wall time of the whole call
+    (allocation, reads, casts, device copies); ``gbps`` = bytes_fetched /
+    seconds / 1e9."""
+
+    bytes_fetched: int = 0
+    requests: int = 0
+    retries: int = 0
+    seconds: float = 0.0
+    gbps: float = 0.0
+    peak_host_bytes: int = 0
+    concurrency: int = 0
+
+
+def check_rank(rank: int | None, world_size: int | None) -> None:
+    """Only whole-file loads exist so far; rank-aware loading is a later issue."""
+    if world_size is not None:
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+            raise InvalidArgumentError(f"world_size must be a positive int, not {world_size!r}")
+        if world_size > 1:
+            raise ShardMismatchError(
+                f"world_size={world_size}: loading a tensor-parallel slice arrives with "
+                "tensor-parallel support; only world_size None or 1 works for now"
+            )
+    if rank is not None and (isinstance(rank, bool) or rank != 0):
+        raise InvalidArgumentError(
+            f"rank={rank!r} with world_size={world_size!r}: only rank 0 (or None) exists "
+            "until tensor-parallel support"
+        )
+
+
+def split_options(opts: dict[str, Any]) -> dict[str, Any]:
+    """Validate open options; return the ones passed on to native loads."""
+    load_opts: dict[str, Any] = {}
+    for key, value in opts.items():
+        if key in _LOAD_OPTS:
+            load_opts[key] = value
+        elif key in _LATER_OPTS:
+            raise UnsupportedError(f"option {key!r} is not supported yet by this build")
+        else:
+            raise InvalidArgumentError(f"unknown option {key!r}")
+    if "verify_hash" in load_opts:
+        load_opts["verify_hash"] = bool(load_opts["verify_hash"])
+    return load_opts
+
+
+class TensorFile:
+    """An opened ``.tensors`` file: header and index are read on open; tensor
+    bytes only when loaded. Use as a context manager."""
+
+    def __init__(self, uri: str | os.PathLike[str], **opts: Any) -> None:
+        self._load_opts = split_options(opts)
+        self.uri = os.fspath(uri)
+        self._reader: _native.Reader | None = _native.Reader(self.uri)
+        self.version: int = self._reader.version
+        self.file_size: int = self._reader.file_size
+        self.stats = LoadStats()
+        self._infos: list[TensorInfo] = []
+        self._by_name: dict[str, int] = {}
+        self._by_path: dict[tuple[PathPart, ...], int] = {}
+        ambiguous: set[str] = set()
+        for i, (name, path, ttype, dtype, shape, _hoff, doff, _dlen) in enumerate(
+            self._reader.entries()
+        ):
+            tdtype = _torch.dtype_from_name(dtype, tensor=name, uri=self.uri)
+            numel = 1
+            for dim in shape:
+                numel *= dim
+            tpath = tuple(path) if path is not None else None
+            info = TensorInfo(
+                name, tdtype, tuple(shape), numel * tdtype.itemsize, doff, tpath, ttype
+            )
+            self._infos.append(info)
+            if name in self._by_name:
+                ambiguous.add(name)
+            self._by_name[name] = i
+            self._by_path[tpath if tpath is not None else (name,)] = i
+        # ["a.b"] and ["a", "b"] both display as "a.b": only the path selects.
+        for name in ambiguous:
+            self._by_name[name] = -1
+        self.nested = any(info.path is not None for info in self._infos)
+
+    # -- context manager ---------------------------------------------------
+    def __enter__(self) -> TensorFile:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._reader = None
+
+    @property
+    def closed(self) -> bool:
+        return self._reader is None
+
+    def _native(self) -> _native.Reader:
+        if self._reader is None:
+            raise InvalidArgumentError(f"{self.uri}: file is closed", uri=self.uri)
+        return self._reader
+
+    # -- index -------------------------------------------------------------
+    def keys(self) -> list[str]:
+        """Tensor names in file order (nested paths joined with ".")."""
+        self._native()
+        return [info.name for info in self._infos]
+
+    def infos(self) -> list[TensorInfo]:
+        self._native()
+        return list(self._infos)
+
+    def __len__(self) -> int:
+        return len(self._infos)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self._by_name
+
+    def index_of(self, name: NameOrPath) -> int:
+        if isinstance(name, str):
+            i = self._by_name.get(name)
+            if i == -1:
+                raise InvalidArgumentError(
+                    f"{name!r} names several nested tensors; select it by its path tuple",
+                    uri=self.uri,
+                    tensor=name,
+                )
+        else:
+            i = self._by_path.get(tuple(name))
+        if i is None:
+            raise KeyError(name)
+        return i
+
+    def info(self, name: NameOrPath) -> TensorInfo:
+        self._native()
+        return self._infos[self.index_of(name)]
+
+    def info_at(self, index: int) -> TensorInfo:
+        return self._infos[index]
+
+    # -- loading -----------------------------------------------------------
+    def fill(self, indices: Sequence[int], tensors: Sequence[torch.Tensor]) -> LoadStats:
+        """Read tensors ``indices[i]`` straight into the memory of
+        ``tensors[i]`` (contiguous CPU, exact byte size) in one native call."""
+        reader = self._native()
+        buffers = [_torch.writable_bytes(t) for t in tensors]
+        raw = reader.load(list(indices), buffers, **self._load_opts)
+        return LoadStats(
+            bytes_fetched=int(raw.get("bytes_fetched", 0)),
+            requests=int(raw.get("requests", 0)),
+            retries=int(raw.get("retries", 0)),
+            seconds=float(raw.get("seconds", 0.0)),
+            peak_host_bytes=int(raw.get("peak_host_bytes", 0)),
+            concurrency=int(raw.get("concurrency", 0)),
+        )
+
+    def finish_stats(self, stats: LoadStats, started: float) -> LoadStats:
+        stats.seconds = time.perf_counter() - started
+        stats.gbps = stats.bytes_fetched / stats.seconds / 1e9 if stats.seconds > 0 else 0.0
+        self.stats = stats
+        return stats
+
+    def load_state_dict(
+        self,
+        device: _torch.DeviceLike | None = "cpu",
+        names: Iterable[NameOrPath] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        dtype: _torch.DtypeLike | None = None,
+    ) -> StateDict:
+        """Load tensors (all, or ``names``) as plain tensors.
+
+        Returns ``{name: tensor}`` in file order when every name is plain, or
+        the nested dicts/lists that ``write_state_dict`` flattened otherwise.
+        ``dtype`` casts real floating tensors only. On any error nothing is
+        returned, so no partially filled tensor escapes.
+        """
+        started = time.perf_counter()
+        check_rank(rank, world_size)
+        target = _torch.as_device(device)
+        cast = None
+        if dtype is not None:
+            cast = _torch.as_dtype(dtype)
+            if not _torch.is_castable_float(cast):
+                raise InvalidArgumentError(f"dtype= must be a floating dtype, not {cast}")
+        self._native()
+        if names is None:
+            indices = list(range(len(self._infos)))
+        else:
+            wanted = {self.index_of(n) for n in _name_list(names)}
+            indices = sorted(wanted)  # file order reads sequentially
+        tensors = [_torch.empty(self._infos[i].shape, self._infos[i].dtype) for i in indices]
+        stats = self.fill(indices, tensors)
+        out: list[torch.Tensor] = []
+        for i, t in enumerate(tensors):
+            if cast is not None and _torch.is_castable_float(t.dtype) and t.dtype != cast:
+                t = t.to(cast)
+            out.append(_torch.to_device(t, target))
+            tensors[i] = t  # drop the uncast tensor early
+        result = self._build(indices, out)
+        self.finish_stats(stats, started)
+        return result
+
+    def _build(self, indices: list[int], tensors: list[torch.Tensor]) -> StateDict:
+        if not self.nested:
+            return {self._infos[i].name: t for i, t in zip(indices, tensors)}
+        flat: list[tuple[tuple[PathPart, ...], torch.Tensor]] = []
+        for i, t in zip(indices, tensors):
+            info = self._infos[i]
+            flat.append((info.path if info.path is not None else (info.name,), t))
+        return restructure(flat, uri=self.uri)
+
+
+def _name_list(names: Iterable[NameOrPath]) -> list[NameOrPath]:
+    if isinstance(names, (str, bytes)):
+        raise InvalidArgumentError("names= must be a collection of names, not one string")
+    return list(names)
+
+
+def restructure(
+    flat: Sequence[tuple[tuple[PathPart, ...], torch.Tensor]], *, uri: str | None = None
+) -> StateDict:
+    """Rebuild the dicts and lists ``write_state_dict`` flattened into paths.
+
+    A level whose keys are ints becomes a list ordered by key (as tensorizer's
+    ``tree()`` does); mixing int and str keys on one level, or a name that is
+    both a tensor and a prefix, is a FormatError.
+    """
+    root: dict[PathPart, Any] = {}
+    for path, tensor in flat:
+        if not path:
+            raise FormatError("empty tensor path", uri=uri)
+        node = root
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise FormatError(f"tensor path {list(path)} conflicts with a tensor", uri=uri)
+            node = child
+        if path[-1] in node:
+            raise FormatError(f"tensor path {list(path)} conflicts with another", uri=uri)
+        node[path[-1]] = tensor
+    return _retype(root, uri)
+
+
+def _retype(node: dict[PathPart, Any], uri: str | None) -> StateDict:
+    for key, value in node.items():
+        if isinstance(value, dict):
+            node[key] = _retype(value, uri)
+    kinds = {isinstance(k, int) for k in node}
+    if kinds == {True}:
+        return [node[k] for k in sorted(node)]  # type: ignore[type-var]
+    if len(kinds) > 1:
+        raise FormatError("tensor paths mix list indices and names on one level", uri=uri)
+    return node
+
+
+def open(uri: str | os.PathLike[str], **opts: Any) -> TensorFile:  # noqa: A001
+    """Open a tensorizer file (a local path for now) and read its index.
+
+    Options: ``verify_hash`` (check CRC32 and SHA-256 of every tensor loaded),
+    ``concurrency``, ``part_size_bytes``.
+    """
+    return TensorFile(uri, **opts)
+
+
+_SD_KWARGS = ("device", "names", "rank", "world_size", "dtype")
+
+
+def load_state_dict(uri: str | os.PathLike[str], **opts: Any) -> StateDict:
+    """``open(uri, **open_opts).load_state_dict(**load_kwargs)`` in one call;
+    ``device``, ``names``, ``rank``, ``world_size`` and ``dtype`` go to the
+    load, everything else to ``open``."""
+    kwargs = {k: opts.pop(k) for k in _SD_KWARGS if k in opts}
+    with TensorFile(uri, **opts) as f:
+        return f.load_state_dict(**kwargs)

@@ -1,0 +1,103 @@
+"""``fastshard.save``: tensorizer-compatible files from a module or state dict."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Union
+
+import numpy as np
+import torch
+
+from . import _native, _torch
+from .errors import InvalidArgumentError, UnsupportedError
+
+PathPart = Union[str, int]
+_Spec = tuple[Union[str, list[PathPart]], int, int, torch.Tensor]  # name, type, module idx
+
+PARAM, BUFFER, STATE_DICT = 0, 1, 2
+
+
+def _module_specs(module: torch.nn.Module) -> Iterator[_Spec]:
+    # Mirrors TensorSerializer.write_module (2.12.1): modules in named_modules()
+    # order (deduplicated), each module's own parameters then buffers, root
+    # tensors named ".name", non-persistent buffers included.
+    for idx, (module_name, mod) in enumerate(module.named_modules()):
+        for name, param in mod.named_parameters(recurse=False):
+            yield f"{module_name}.{name}", PARAM, idx, param
+        for name, buf in mod.named_buffers(recurse=False):
+            yield f"{module_name}.{name}", BUFFER, idx, buf
+
+
+def _state_dict_specs(obj: Any, prefix: tuple[PathPart, ...] = ()) -> Iterator[_Spec]:
+    # Mirrors tensorizer's flatten_structure: depth first, in mapping/sequence
+    # order; a path of one string is stored as that plain name.
+    if isinstance(obj, Mapping):
+        items: Sequence[tuple[PathPart, Any]] = list(obj.items())
+        for key, _ in items:
+            if not isinstance(key, str):
+                raise InvalidArgumentError(
+                    f"state dict keys must be str, not {type(key).__name__} ({key!r}) "
+                    f"at {list(prefix)}"
+                )
+    elif isinstance(obj, Sequence) and not isinstance(obj, (str, bytes, bytearray)):
+        items = list(enumerate(obj))
+    else:
+        raise InvalidArgumentError(
+            f"cannot save {type(obj).__name__} at {list(prefix)}: "
+            "leaves must be tensors inside dicts, lists or tuples"
+        )
+    for key, value in items:
+        path = (*prefix, key)
+        if isinstance(value, torch.Tensor):
+            name: str | list[PathPart] = (
+                path[0] if len(path) == 1 and isinstance(path[0], str) else list(path)
+            )
+            yield name, STATE_DICT, 0, value
+        else:
+            yield from _state_dict_specs(value, path)
+
+
+def save(
+    state_dict_or_module: torch.nn.Module | Mapping[str, Any] | Sequence[Any],
+    uri: str | os.PathLike[str],
+    *,
+    exact_index: bool | None = None,
+) -> int:
+    """Write a tensorizer file; returns its size in bytes.
+
+    A module is written exactly like ``TensorSerializer.write_module`` and a
+    (possibly nested) dict/list/tuple like ``write_state_dict``; the bytes are
+    identical to tensorizer 2.12.1's. ``exact_index=None`` keeps tensorizer's
+    fixed 256 KiB index and, when the names do not fit in it (a few thousand
+    tensors), writes an exact-size index instead (tensorizer reads both; only
+    its writer has the limit). ``True``/``False`` force one or the other.
+    Local paths only for now.
+    """
+    path = os.fspath(uri)
+    if "://" in path:
+        raise UnsupportedError(f"{path}: only local paths can be written for now", uri=path)
+    if isinstance(state_dict_or_module, torch.nn.Module):
+        entries = list(_module_specs(state_dict_or_module))
+    else:
+        entries = list(_state_dict_specs(state_dict_or_module))
+    if not entries:
+        raise InvalidArgumentError("nothing to save: no tensors (such a file cannot be read)")
+    specs: list[tuple[Any, int, int, str, list[int], bool]] = []
+    buffers: list[np.ndarray] = []
+    owners: list[torch.Tensor] = []  # keep contiguous copies alive during the write
+    for name, ttype, idx, tensor in entries:
+        data, owner = _torch.readable_bytes(tensor)
+        specs.append(
+            (name, ttype, idx, _torch.dtype_name(tensor.dtype), list(tensor.shape), tensor.is_meta)
+        )
+        buffers.append(data)
+        owners.append(owner)
+    if exact_index is not None:
+        return _native.write_file(path, specs, buffers, exact_index=exact_index)
+    try:
+        return _native.write_file(path, specs, buffers, exact_index=False)
+    except InvalidArgumentError:
+        # Most likely tensorizer's index overflowed; any other problem
+        # raises again from the exact-size attempt.
+        return _native.write_file(path, specs, buffers, exact_index=True)

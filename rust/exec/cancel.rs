@@ -1,0 +1,71 @@
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+
+/// A shared flag that asks every read of a load to stop. Reads check it
+/// between chunks, so cancelling takes effect within one chunk's time.
+/// A child token also reads as cancelled when its parent is, which lets one
+/// failed part stop its siblings without touching the caller's token.
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken {
+    flag: Arc<AtomicBool>,
+    parent: Option<Arc<CancelToken>>,
+}
+
+impl CancelToken {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn child(&self) -> Self {
+        CancelToken {
+            flag: Arc::default(),
+            parent: Some(Arc::new(self.clone())),
+        }
+    }
+
+    pub fn cancel(&self) {
+        self.flag.store(true, Ordering::Release);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+            || self.parent.as_ref().is_some_and(|p| p.is_cancelled())
+    }
+
+    /// `Err(Cancelled)` once cancelled, so reads can `?` it.
+    pub fn check(&self) -> Result<()> {
+        if self.is_cancelled() {
+            Err(Error::cancelled())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clones_share_the_flag() {
+        let a = CancelToken::new();
+        let b = a.clone();
+        assert!(b.check().is_ok());
+        a.cancel();
+        assert!(b.is_cancelled());
+        assert!(b.check().is_err());
+    }
+
+    #[test]
+    fn child_sees_parent_but_not_the_reverse() {
+        let parent = CancelToken::new();
+        let child = parent.child();
+        child.cancel();
+        assert!(!parent.is_cancelled());
+        let child2 = parent.child();
+        parent.cancel();
+        assert!(child2.is_cancelled());
+    }
+}

@@ -1,0 +1,12 @@
+//! Concurrency: one process-wide tokio runtime, cancellation, destination
+//! memory, and the executor that runs a read plan with bounded parallelism.
+
+mod cancel;
+mod dest;
+mod executor;
+mod runtime;
+
+pub use cancel::CancelToken;
+pub use dest::Destinations;
+pub use executor::{execute, ExecOptions, ExecStats};
+pub use runtime::runtime;

@@ -1,0 +1,323 @@
+//! The index (tensorizer's "metadata"): one entry per tensor at the front of
+//! the file, so a single ranged read tells a reader where every tensor is.
+//! Parsing validates the entries against each other, because the planner
+//! turns them straight into byte ranges and destination sizes.
+
+use super::cursor::Cursor;
+use super::dtype::Dtype;
+use super::header::{FileHeader, FLAGS_VERSION, PREAMBLE_LEN};
+use super::names::TensorName;
+use super::TensorType;
+use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::ops::Range;
+
+/// Index entry tag for tensors with u64 dims (only in versioned files).
+pub const TAG_LONG: u32 = 5;
+/// Index entry tag for ordinary tensors in versioned files.
+pub const TAG_SHORT: u32 = 1;
+
+/// name_len + tensor_type + dtype_len + ndim + three u64 offsets/lengths.
+const MIN_ENTRY_LEN: u64 = 2 + 1 + 1 + 1 + 24;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TensorEntry {
+    pub raw_name: Vec<u8>,
+    pub name: TensorName,
+    pub tensor_type: TensorType,
+    pub dtype: Dtype,
+    pub shape: Vec<u64>,
+    pub header_offset: u64,
+    pub data_offset: u64,
+    pub data_length: u64,
+    /// Dims are u64 in both the index entry and the record (entry tag 5).
+    pub long_dims: bool,
+}
+
+impl TensorEntry {
+    /// `None` only when the product overflows u64; a zero dim wins over
+    /// overflow, as it does with Python's unbounded ints.
+    pub fn numel(&self) -> Option<u64> {
+        numel(&self.shape)
+    }
+
+    /// Bytes the tensor occupies in memory (also for meta tensors, whose
+    /// data is not stored).
+    pub fn expected_nbytes(&self) -> Option<u64> {
+        self.numel()?.checked_mul(self.dtype.itemsize() as u64)
+    }
+
+    /// A tensor written from torch's `meta` device: the reader must produce
+    /// zeros rather than read data.
+    pub fn is_meta(&self) -> bool {
+        self.data_length == 0 && self.expected_nbytes().is_some_and(|n| n > 0)
+    }
+
+    pub fn header_len(&self) -> u64 {
+        self.data_offset.saturating_sub(self.header_offset)
+    }
+
+    /// The bytes a reader must fetch for this tensor: its record header and data.
+    pub fn record_range(&self) -> Range<u64> {
+        self.header_offset..self.data_offset.saturating_add(self.data_length)
+    }
+
+    pub fn data_range(&self) -> Range<u64> {
+        self.data_offset..self.data_offset.saturating_add(self.data_length)
+    }
+
+    pub fn display_name(&self) -> String {
+        self.name.display()
+    }
+}
+
+pub(crate) fn numel(shape: &[u64]) -> Option<u64> {
+    if shape.contains(&0) {
+        return Some(0);
+    }
+    shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d))
+}
+
+/// The smallest record header tensorizer's reader could parse for these
+/// field sizes: fixed fields, an empty hash section, the trailing
+/// data_length and, in encrypted files, at least the crypt block's length.
+pub(crate) fn min_record_header_len(
+    name_len: u64,
+    dtype_len: u64,
+    ndim: u64,
+    long_dims: bool,
+    crypt: bool,
+) -> u64 {
+    let dim = if long_dims { 8 } else { 4 };
+    8 + 2 + 1 + 2 + name_len + 1 + dtype_len + 1 + ndim * dim + 2 + 1 + 8 + if crypt { 8 } else { 0 }
+}
+
+#[derive(Debug, Clone)]
+pub struct Index {
+    pub header: FileHeader,
+    pub entries: Vec<TensorEntry>,
+}
+
+impl Index {
+    /// `buf` is the file from offset 0 and must hold the whole index region;
+    /// `file_size`, when known, lets entries pointing past EOF fail here
+    /// rather than as a short read later.
+    pub fn parse(buf: &[u8], file_size: Option<u64>) -> Result<Index> {
+        let header = FileHeader::parse(buf)?;
+        let index_end = header.index_end()?;
+        let region = usize::try_from(index_end)
+            .ok()
+            .and_then(|end| buf.get(PREAMBLE_LEN..end))
+            .ok_or_else(|| {
+                Error::format(format!(
+                    "truncated index: need {index_end} bytes from offset 0, have {}",
+                    buf.len()
+                ))
+                .with_range(PREAMBLE_LEN as u64..index_end)
+            })?;
+        let versioned = header.versioned_headers();
+        let min_entry = MIN_ENTRY_LEN + if versioned { 4 } else { 0 };
+        if header.tensor_count > header.metadata_len / min_entry {
+            return Err(Error::format(format!(
+                "tensor_count {} cannot fit in an index of {} bytes",
+                header.tensor_count, header.metadata_len
+            ))
+            .with_range(0x39..index_end));
+        }
+        // Bounded by metadata_len / 29, itself bounded by buf.len().
+        let count = usize::try_from(header.tensor_count).unwrap_or(0);
+        let mut entries = Vec::with_capacity(count);
+        let mut c = Cursor::new(region, PREAMBLE_LEN as u64).with_what("index");
+        let mut prev_end = index_end;
+        let mut seen: HashMap<String, usize> = HashMap::with_capacity(count);
+        for _ in 0..count {
+            let entry_start = c.abs();
+            let (entry, dtype_len) = parse_entry(&mut c, versioned)?;
+            let shown = entry.display_name();
+            let range = entry_start..c.abs();
+            let ctx = |e: Error| e.with_tensor(shown.clone()).with_range(range.clone());
+            validate(&entry, dtype_len, &header, index_end, prev_end, file_size).map_err(ctx)?;
+            if let Some(other) = seen.get(&shown).and_then(|&i| entries.get(i)) {
+                let other: &TensorEntry = other;
+                return Err(ctx(Error::format(if other.raw_name == entry.raw_name {
+                    "duplicate tensor name in index".to_string()
+                } else {
+                    format!(
+                        "tensor names \"{}\" and \"{}\" both flatten to \"{shown}\"",
+                        other.raw_name.escape_ascii(),
+                        entry.raw_name.escape_ascii()
+                    )
+                })));
+            }
+            seen.insert(shown, entries.len());
+            prev_end = entry.data_offset.saturating_add(entry.data_length);
+            entries.push(entry);
+        }
+        Ok(Index { header, entries })
+    }
+
+    pub fn has_crypt_info(&self) -> bool {
+        self.header.has_crypt_info()
+    }
+
+    pub fn index_end(&self) -> u64 {
+        (PREAMBLE_LEN as u64).saturating_add(self.header.metadata_len)
+    }
+
+    /// Position of the tensor with this flattened name. Linear: callers
+    /// that look up many names build their own map once.
+    pub fn find(&self, name: &str) -> Option<usize> {
+        self.entries.iter().position(|e| e.name.display() == name)
+    }
+
+    /// Data bytes stored in the file (meta tensors count as 0).
+    pub fn total_data_bytes(&self) -> u64 {
+        self.entries
+            .iter()
+            .fold(0u64, |acc, e| acc.saturating_add(e.data_length))
+    }
+}
+
+fn parse_entry(c: &mut Cursor<'_>, versioned: bool) -> Result<(TensorEntry, u8)> {
+    let start = c.abs();
+    let long_dims = if versioned {
+        let tag = c.u32()?;
+        if tag != TAG_SHORT && tag != TAG_LONG {
+            return Err(Error::format(format!(
+                "unsupported index entry version {tag} (expected {TAG_SHORT} or {TAG_LONG})"
+            ))
+            .with_range(start..c.abs()));
+        }
+        tag == TAG_LONG
+    } else {
+        false
+    };
+    let name_len = c.u16()?;
+    let name_start = c.abs();
+    let raw_name = c.bytes(usize::from(name_len))?;
+    let shown = String::from_utf8_lossy(raw_name).into_owned();
+    let ctx = |e: Error| e.with_tensor(shown.clone());
+    let name = TensorName::decode(raw_name)
+        .map_err(|e| ctx(e.with_range(name_start..name_start + u64::from(name_len))))?;
+    let type_at = c.abs();
+    let type_byte = c.u8().map_err(ctx)?;
+    let tensor_type = TensorType::from_u8(type_byte).ok_or_else(|| {
+        ctx(Error::format(format!("unknown tensor type {type_byte}")).with_range(type_at..type_at + 1))
+    })?;
+    let dtype_len = c.u8().map_err(ctx)?;
+    let dtype_at = c.abs();
+    let dtype_raw = c.bytes(usize::from(dtype_len)).map_err(ctx)?;
+    let dtype = Dtype::from_tensorizer(dtype_raw)
+        .map_err(|e| ctx(e.with_range(dtype_at..dtype_at + u64::from(dtype_len))))?;
+    let ndim = c.u8().map_err(ctx)?;
+    let mut shape = Vec::with_capacity(usize::from(ndim));
+    for _ in 0..ndim {
+        let d = if long_dims { c.u64() } else { c.u32().map(u64::from) };
+        shape.push(d.map_err(ctx)?);
+    }
+    let header_offset = c.u64().map_err(ctx)?;
+    let data_offset = c.u64().map_err(ctx)?;
+    let data_length = c.u64().map_err(ctx)?;
+    let entry = TensorEntry {
+        raw_name: raw_name.to_vec(),
+        name,
+        tensor_type,
+        dtype,
+        shape,
+        header_offset,
+        data_offset,
+        data_length,
+        long_dims,
+    };
+    Ok((entry, dtype_len))
+}
+
+fn validate(
+    e: &TensorEntry,
+    dtype_len: u8,
+    header: &FileHeader,
+    index_end: u64,
+    prev_end: u64,
+    file_size: Option<u64>,
+) -> Result<()> {
+    if e.tensor_type != TensorType::StateDict && e.name.parts().is_some() {
+        return Err(Error::format(format!(
+            "structured tensor path on a {:?} tensor (only state-dict tensors may use paths)",
+            e.tensor_type
+        )));
+    }
+    if e.header_offset < index_end {
+        return Err(Error::format(format!(
+            "record header offset {} lies inside the index (which ends at {index_end})",
+            e.header_offset
+        )));
+    }
+    if e.data_offset <= e.header_offset {
+        return Err(Error::format(format!(
+            "data offset {} is not after header offset {}",
+            e.data_offset, e.header_offset
+        )));
+    }
+    let min = min_record_header_len(
+        e.raw_name.len() as u64,
+        u64::from(dtype_len),
+        e.shape.len() as u64,
+        e.long_dims,
+        header.has_crypt_info(),
+    );
+    if e.header_len() < min {
+        return Err(Error::format(format!(
+            "record header length {} (offsets {}..{}) is shorter than its fields need ({min})",
+            e.header_len(),
+            e.header_offset,
+            e.data_offset
+        )));
+    }
+    let end = e.data_offset.checked_add(e.data_length).ok_or_else(|| {
+        Error::format(format!(
+            "data offset {} + length {} overflows",
+            e.data_offset, e.data_length
+        ))
+    })?;
+    if e.header_offset < prev_end {
+        return Err(Error::format(format!(
+            "index entries out of order or overlapping: record starts at {} \
+             before the previous record ends at {prev_end}",
+            e.header_offset
+        )));
+    }
+    let expected = e.expected_nbytes().ok_or_else(|| {
+        Error::format(format!(
+            "tensor size overflows u64 (shape {:?}, {})",
+            e.shape, e.dtype
+        ))
+    })?;
+    if e.data_length != expected {
+        if e.data_length != 0 {
+            return Err(Error::format(format!(
+                "data length {} does not match shape {:?} of {} ({expected} bytes)",
+                e.data_length, e.shape, e.dtype
+            )));
+        }
+        if header.version < FLAGS_VERSION {
+            return Err(Error::format(format!(
+                "zero-length data for a non-empty tensor ({expected} bytes) needs \
+                 data version {FLAGS_VERSION}, file is version {}",
+                header.version
+            )));
+        }
+    }
+    if let Some(size) = file_size {
+        if end > size {
+            return Err(Error::format(format!(
+                "index entry points outside the file (record {}..{end}, file size {size})",
+                e.header_offset
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "index_tests.rs"]
+mod tests;

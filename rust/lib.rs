@@ -1,0 +1,20 @@
+//! fastshard: tensorizer `.tensors` files from storage into memory, fast.
+//!
+//! The data path: a [`io::RangeSource`] gives bytes, [`format`] parses the
+//! header and index, [`plan`] decides which byte ranges to fetch and where each
+//! byte goes, [`exec`] fetches them concurrently into destination memory, and
+//! [`session`] ties these together for one opened file. The `py` module (only
+//! with the `python` feature) is the sole place that knows about Python.
+
+pub mod error;
+pub mod exec;
+pub mod format;
+pub mod io;
+pub mod plan;
+pub mod save;
+pub mod session;
+
+#[cfg(feature = "python")]
+mod py;
+
+pub use error::{Error, ErrorKind, Result};

@@ -1,0 +1,274 @@
+//! Coalescing and splitting of wanted byte ranges into ranged reads.
+
+use crate::error::{Error, Result};
+
+/// One byte range of the object and the destination slot it belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Want {
+    pub offset: u64,
+    pub len: u64,
+    pub slot: usize,
+}
+
+/// A piece of a [`Part`] that lands in one slot, starting at `slot_offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    pub offset: u64,
+    pub len: u64,
+    pub slot: usize,
+    pub slot_offset: u64,
+}
+
+impl Segment {
+    pub fn end(&self) -> u64 {
+        self.offset + self.len
+    }
+}
+
+/// One ranged read `[start, end)`: its segments are sorted, disjoint and lie
+/// inside it; bytes between segments are gap bytes, fetched and dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    pub start: u64,
+    pub end: u64,
+    pub segments: Vec<Segment>,
+}
+
+impl Part {
+    pub fn len(&self) -> u64 {
+        self.end - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Wanted ranges closer than this are fetched by one read, gap included.
+    pub gap_threshold: u64,
+    /// Upper bound on one read's length.
+    pub part_size: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReadPlan {
+    pub parts: Vec<Part>,
+}
+
+impl ReadPlan {
+    /// Bytes the reads transfer, gaps included.
+    pub fn fetched_bytes(&self) -> u64 {
+        self.parts.iter().map(Part::len).sum()
+    }
+
+    /// Bytes that land in a slot.
+    pub fn useful_bytes(&self) -> u64 {
+        self.parts
+            .iter()
+            .flat_map(|p| p.segments.iter())
+            .map(|s| s.len)
+            .sum()
+    }
+}
+
+/// Plans the reads that deliver every wanted range to its slot.
+///
+/// Wants may come in any order but must not overlap: two slots fed by the
+/// same byte would make the destination writes alias.
+pub fn plan_reads(mut wants: Vec<Want>, opts: PlanOptions) -> Result<ReadPlan> {
+    if opts.part_size == 0 {
+        return Err(Error::invalid("part size must be positive"));
+    }
+    wants.retain(|w| w.len > 0);
+    wants.sort_by_key(|w| w.offset);
+    for w in &wants {
+        w.offset
+            .checked_add(w.len)
+            .ok_or_else(|| Error::invalid("wanted range overflows u64"))?;
+    }
+    for pair in wants.windows(2) {
+        if pair[0].offset + pair[0].len > pair[1].offset {
+            return Err(Error::invalid(format!(
+                "wanted ranges overlap: {}..{} and {}..{}",
+                pair[0].offset,
+                pair[0].offset + pair[0].len,
+                pair[1].offset,
+                pair[1].offset + pair[1].len
+            )));
+        }
+    }
+
+    let mut plan = ReadPlan::default();
+    let mut run: Vec<Want> = Vec::new();
+    for w in wants {
+        if let Some(last) = run.last() {
+            if w.offset - (last.offset + last.len) > opts.gap_threshold {
+                split_run(&run, opts.part_size, &mut plan.parts);
+                run.clear();
+            }
+        }
+        run.push(w);
+    }
+    if !run.is_empty() {
+        split_run(&run, opts.part_size, &mut plan.parts);
+    }
+    Ok(plan)
+}
+
+/// Cuts one coalesced run into parts of nearly equal size, none above
+/// `part_size`, so the last part is not a small straggler.
+fn split_run(run: &[Want], part_size: u64, out: &mut Vec<Part>) {
+    let start = run[0].offset;
+    let end = run[run.len() - 1].offset + run[run.len() - 1].len;
+    let total = end - start;
+    let n = total.div_ceil(part_size).max(1);
+    let step = total.div_ceil(n);
+
+    let mut wants = run.iter().copied().peekable();
+    // How far into the current want the previous part already consumed.
+    let mut consumed = 0u64;
+    let mut bound = start;
+    while bound < end {
+        let part_end = (bound + step).min(end);
+        let mut segments = Vec::new();
+        while let Some(w) = wants.peek().copied() {
+            let seg_start = w.offset + consumed;
+            if seg_start >= part_end {
+                break;
+            }
+            let seg_end = (w.offset + w.len).min(part_end);
+            segments.push(Segment {
+                offset: seg_start,
+                len: seg_end - seg_start,
+                slot: w.slot,
+                slot_offset: consumed,
+            });
+            if seg_end == w.offset + w.len {
+                wants.next();
+                consumed = 0;
+            } else {
+                consumed = seg_end - w.offset;
+                break;
+            }
+        }
+        if let (Some(first), Some(last)) = (segments.first(), segments.last()) {
+            out.push(Part {
+                start: first.offset,
+                end: last.end(),
+                segments,
+            });
+        }
+        bound = part_end;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn opts(gap: u64, part: u64) -> PlanOptions {
+        PlanOptions {
+            gap_threshold: gap,
+            part_size: part,
+        }
+    }
+
+    #[test]
+    fn adjacent_ranges_coalesce_into_one_part() {
+        let wants = vec![
+            Want { offset: 100, len: 10, slot: 1 },
+            Want { offset: 90, len: 10, slot: 0 },
+        ];
+        let plan = plan_reads(wants, opts(0, 1 << 20)).unwrap();
+        assert_eq!(plan.parts.len(), 1);
+        assert_eq!((plan.parts[0].start, plan.parts[0].end), (90, 110));
+        assert_eq!(plan.fetched_bytes(), 20);
+    }
+
+    #[test]
+    fn gap_above_threshold_splits_runs() {
+        let wants = vec![
+            Want { offset: 0, len: 10, slot: 0 },
+            Want { offset: 30, len: 10, slot: 1 },
+        ];
+        assert_eq!(plan_reads(wants.clone(), opts(19, 100)).unwrap().parts.len(), 2);
+        let plan = plan_reads(wants, opts(20, 100)).unwrap();
+        assert_eq!(plan.parts.len(), 1);
+        assert_eq!(plan.fetched_bytes(), 40);
+        assert_eq!(plan.useful_bytes(), 20);
+    }
+
+    #[test]
+    fn large_want_splits_evenly() {
+        let wants = vec![Want { offset: 0, len: 100, slot: 0 }];
+        let plan = plan_reads(wants, opts(0, 40)).unwrap();
+        let lens: Vec<u64> = plan.parts.iter().map(Part::len).collect();
+        assert_eq!(lens, vec![34, 34, 32]);
+        assert_eq!(plan.parts[1].segments[0].slot_offset, 34);
+    }
+
+    #[test]
+    fn overlap_is_rejected() {
+        let wants = vec![
+            Want { offset: 0, len: 10, slot: 0 },
+            Want { offset: 5, len: 10, slot: 1 },
+        ];
+        assert!(plan_reads(wants, opts(0, 100)).is_err());
+    }
+
+    #[test]
+    fn empty_wants_give_empty_plan() {
+        let plan = plan_reads(vec![Want { offset: 5, len: 0, slot: 0 }], opts(0, 10)).unwrap();
+        assert!(plan.parts.is_empty());
+    }
+
+    fn disjoint_wants() -> impl Strategy<Value = Vec<Want>> {
+        prop::collection::vec((0u64..64, 1u64..200), 0..40).prop_map(|pairs| {
+            let mut off = 0;
+            let mut wants = Vec::new();
+            for (slot, (gap, len)) in pairs.into_iter().enumerate() {
+                off += gap;
+                wants.push(Want { offset: off, len, slot });
+                off += len;
+            }
+            wants.reverse();
+            wants
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn every_wanted_byte_lands_once_in_its_slot(
+            wants in disjoint_wants(), gap in 0u64..100, part in 1u64..300,
+        ) {
+            let plan = plan_reads(wants.clone(), opts(gap, part)).unwrap();
+            // Rebuild each slot from the plan's segments.
+            let mut covered: Vec<Vec<bool>> = wants.iter().map(|_| Vec::new()).collect();
+            for w in &wants { covered[w.slot] = vec![false; w.len as usize]; }
+            let mut prev_end = 0u64;
+            for p in &plan.parts {
+                prop_assert!(p.len() <= part);
+                prop_assert!(p.start >= prev_end);
+                prev_end = p.end;
+                let mut seg_prev = p.start;
+                for s in &p.segments {
+                    prop_assert!(s.offset >= seg_prev && s.end() <= p.end);
+                    seg_prev = s.end();
+                    let w = wants.iter().find(|w| w.slot == s.slot).unwrap();
+                    prop_assert_eq!(s.offset, w.offset + s.slot_offset);
+                    for b in s.slot_offset..s.slot_offset + s.len {
+                        prop_assert!(!covered[s.slot][b as usize]);
+                        covered[s.slot][b as usize] = true;
+                    }
+                }
+            }
+            prop_assert!(covered.iter().all(|c| c.iter().all(|&b| b)));
+            // Gap bytes fetched never exceed the threshold per hole.
+            let holes: u64 = plan.fetched_bytes() - plan.useful_bytes();
+            prop_assert!(holes <= gap * wants.len() as u64);
+        }
+    }
+}

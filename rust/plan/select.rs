@@ -1,0 +1,67 @@
+//! From selected index entries to wanted byte ranges.
+//!
+//! Every selected tensor contributes its record header (read so it can be
+//! checked against the index and hashed) and its data. Both lie back to back
+//! in the file, so they coalesce into the same reads.
+
+use super::Want;
+use crate::format::Index;
+
+/// Where a wanted range lands: the record header or the data of the i-th
+/// selected tensor. Slot ids interleave them as `2i` and `2i + 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    Header(usize),
+    Data(usize),
+}
+
+impl Slot {
+    pub fn id(self) -> usize {
+        match self {
+            Slot::Header(i) => 2 * i,
+            Slot::Data(i) => 2 * i + 1,
+        }
+    }
+
+    pub fn from_id(id: usize) -> Slot {
+        if id % 2 == 0 {
+            Slot::Header(id / 2)
+        } else {
+            Slot::Data(id / 2)
+        }
+    }
+}
+
+/// Wanted ranges for the tensors `selection` (indices into `index.entries`).
+/// Meta and empty tensors have no data bytes, only a header.
+pub fn tensor_wants(index: &Index, selection: &[usize]) -> Vec<Want> {
+    let mut wants = Vec::with_capacity(selection.len() * 2);
+    for (i, &e) in selection.iter().enumerate() {
+        let entry = &index.entries[e];
+        wants.push(Want {
+            offset: entry.header_offset,
+            len: entry.data_offset - entry.header_offset,
+            slot: Slot::Header(i).id(),
+        });
+        if entry.data_length > 0 {
+            wants.push(Want {
+                offset: entry.data_offset,
+                len: entry.data_length,
+                slot: Slot::Data(i).id(),
+            });
+        }
+    }
+    wants
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_ids_round_trip() {
+        for s in [Slot::Header(0), Slot::Data(0), Slot::Header(7), Slot::Data(9)] {
+            assert_eq!(Slot::from_id(s.id()), s);
+        }
+    }
+}

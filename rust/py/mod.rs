@@ -1,0 +1,27 @@
+//! The only place that knows about Python: the `fastshard._native` module.
+
+mod buffers;
+mod errors;
+mod gil;
+mod reader;
+mod writer;
+
+use pyo3::prelude::*;
+
+use crate::format::Dtype;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<reader::Reader>()?;
+    m.add_function(wrap_pyfunction!(writer::write_file, m)?)?;
+    m.add_function(wrap_pyfunction!(dtype_itemsize, m)?)?;
+    Ok(())
+}
+
+/// Element size in bytes of a torch dtype name (without "torch.").
+#[pyfunction]
+fn dtype_itemsize(torch_name: &str) -> PyResult<usize> {
+    Dtype::from_torch(torch_name)
+        .map(|d| d.itemsize())
+        .map_err(errors::to_py)
+}

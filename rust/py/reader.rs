@@ -1,0 +1,144 @@
+//! `fastshard._native.Reader`: an opened file, its index, and loads into
+//! Python-owned buffers.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use super::buffers::{Held, Regions};
+use super::errors::to_py;
+use super::gil::run_blocking;
+use crate::error::Error;
+use crate::exec::CancelToken;
+use crate::format::names::{PathPart, TensorName};
+use crate::session::{LoadOptions, TensorFile};
+
+#[pyclass(module = "fastshard._native", frozen)]
+pub struct Reader {
+    file: TensorFile,
+}
+
+#[pymethods]
+impl Reader {
+    #[new]
+    fn new(py: Python<'_>, uri: String) -> PyResult<Self> {
+        let cancel = CancelToken::new();
+        let file = run_blocking(py, &cancel, || TensorFile::open(&uri))?.map_err(to_py)?;
+        Ok(Reader { file })
+    }
+
+    #[getter]
+    fn uri(&self) -> &str {
+        self.file.uri()
+    }
+
+    #[getter]
+    fn file_size(&self) -> u64 {
+        self.file.size()
+    }
+
+    #[getter]
+    fn version(&self) -> u32 {
+        self.file.index().header.version
+    }
+
+    #[getter]
+    fn encrypted(&self) -> bool {
+        self.file.index().has_crypt_info()
+    }
+
+    /// One tuple per tensor, in file order (see `_native.pyi`).
+    fn entries<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::empty(py);
+        for e in &self.file.index().entries {
+            let path: Option<Bound<'py, PyList>> = match &e.name {
+                TensorName::Plain(_) => None,
+                TensorName::Path(parts) => {
+                    let l = PyList::empty(py);
+                    for p in parts {
+                        match p {
+                            PathPart::Key(k) => l.append(k)?,
+                            PathPart::Index(i) => l.append(*i)?,
+                        }
+                    }
+                    Some(l)
+                }
+            };
+            let item = PyTuple::new(
+                py,
+                [
+                    e.display_name().into_pyobject(py)?.into_any(),
+                    path.into_pyobject(py)?.into_any(),
+                    (e.tensor_type as u8).into_pyobject(py)?.into_any(),
+                    e.dtype.torch_name().into_pyobject(py)?.into_any(),
+                    e.shape.clone().into_pyobject(py)?.into_any(),
+                    e.header_offset.into_pyobject(py)?.into_any(),
+                    e.data_offset.into_pyobject(py)?.into_any(),
+                    e.data_length.into_pyobject(py)?.into_any(),
+                ],
+            )?;
+            list.append(item)?;
+        }
+        Ok(list)
+    }
+
+    #[pyo3(signature = (indices, buffers, *, verify_hash=false, concurrency=None, part_size_bytes=None))]
+    fn load<'py>(
+        &self,
+        py: Python<'py>,
+        indices: Vec<usize>,
+        buffers: Vec<Bound<'py, PyAny>>,
+        verify_hash: bool,
+        concurrency: Option<usize>,
+        part_size_bytes: Option<u64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let uri = self.file.uri().to_string();
+        let held = Held::take(&buffers, true).map_err(|e| to_py(e.with_uri(&uri)))?;
+        let regions = Regions(held.regions());
+        if let Err(e) = check_disjoint(&regions.0) {
+            held.release(py);
+            return Err(to_py(e.with_uri(uri)));
+        }
+        let opts = LoadOptions {
+            verify_hash,
+            concurrency,
+            part_size: part_size_bytes,
+        };
+        let cancel = CancelToken::new();
+        let file = &self.file;
+        let outcome = run_blocking(py, &cancel, || {
+            // SAFETY: `held` keeps every buffer exported and in place until
+            // after `run_blocking` returns, which joins this worker; regions
+            // are disjoint (checked above); Python code cannot reach the
+            // buffers' memory through us while we hold the exports, and
+            // callers promise not to touch the tensors during the call.
+            unsafe { file.load_into(&indices, regions.get(), &opts, &cancel) }
+        });
+        held.release(py);
+        let stats = outcome?.map_err(to_py)?;
+        let d = PyDict::new(py);
+        d.set_item("bytes_fetched", stats.bytes_fetched)?;
+        d.set_item("requests", stats.requests)?;
+        d.set_item("retries", stats.retries)?;
+        d.set_item("seconds", stats.seconds)?;
+        d.set_item("concurrency", stats.concurrency)?;
+        d.set_item("peak_host_bytes", stats.peak_host_bytes)?;
+        Ok(d)
+    }
+}
+
+/// Destinations must not overlap (two views of one tensor, say): the reads
+/// behind them run in parallel.
+fn check_disjoint(regions: &[(*mut u8, usize)]) -> Result<(), Error> {
+    let mut spans: Vec<(usize, usize)> = regions
+        .iter()
+        .filter(|(_, len)| *len > 0)
+        .map(|&(p, len)| (p as usize, len))
+        .collect();
+    spans.sort_unstable();
+    for w in spans.windows(2) {
+        if w[0].0 + w[0].1 > w[1].0 {
+            return Err(Error::invalid("destination buffers overlap"));
+        }
+    }
+    Ok(())
+}

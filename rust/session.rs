@@ -1,0 +1,301 @@
+//! One opened tensorizer file: discovery, index, and loads of selected
+//! tensors into caller-owned memory. This is the facade the bindings use.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::exec::{execute, CancelToken, Destinations, ExecOptions};
+use crate::format::{hash, FileHeader, Index, RecordHeader, PREAMBLE_LEN};
+use crate::io::{open_source, RangeSource};
+use crate::plan::{plan_reads, tensor_wants};
+
+/// Bytes the discovery read asks for: tensorizer reserves a 256 KiB index,
+/// so this covers header, index and the first record headers in one read.
+const DISCOVERY_BYTES: u64 = 320 * 1024;
+
+/// A record header larger than this is treated as corrupt rather than
+/// allocated (encrypted headers hold 16 bytes per 2 MiB chunk: 64 MiB of
+/// header would describe an 8 TiB tensor).
+const MAX_RECORD_HEADER: u64 = 64 * 1024 * 1024;
+
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    pub verify_hash: bool,
+    pub concurrency: Option<usize>,
+    pub part_size: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LoadStats {
+    pub bytes_fetched: u64,
+    pub requests: u64,
+    pub retries: u64,
+    pub seconds: f64,
+    pub concurrency: usize,
+    /// Host memory the load itself held at once (record headers, scratch);
+    /// destination tensors are the caller's and not counted.
+    pub peak_host_bytes: u64,
+}
+
+pub struct TensorFile {
+    source: Arc<dyn RangeSource>,
+    index: Index,
+    size: u64,
+    discovery_stats: (u64, u64),
+}
+
+impl TensorFile {
+    /// Fetches and validates the header and index.
+    pub fn open(uri: &str) -> Result<TensorFile> {
+        let source = open_source(uri)?;
+        let rt = crate::exec::runtime()?;
+        let (index, size, stats) = rt
+            .block_on(read_index(source.as_ref()))
+            .map_err(|e| e.with_uri(uri))?;
+        Ok(TensorFile {
+            source,
+            index,
+            size,
+            discovery_stats: stats,
+        })
+    }
+
+    pub fn uri(&self) -> &str {
+        self.source.uri()
+    }
+
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Loads the tensors `selection` (indices into the index) into `dests`,
+    /// one region per selected tensor, each exactly its expected byte size.
+    /// Meta tensors are zero-filled. On error the regions hold unspecified
+    /// bytes and must not be used.
+    ///
+    /// # Safety
+    /// Each `(ptr, len)` must be valid for writes of `len` bytes, must not
+    /// overlap another, and must not be accessed by anyone else until this
+    /// function returns.
+    pub unsafe fn load_into(
+        &self,
+        selection: &[usize],
+        dests: &[(*mut u8, usize)],
+        opts: &LoadOptions,
+        cancel: &CancelToken,
+    ) -> Result<LoadStats> {
+        let started = Instant::now();
+        let uri = self.uri().to_string();
+        if selection.len() != dests.len() {
+            return Err(Error::invalid(format!(
+                "{} tensors selected but {} destination buffers given",
+                selection.len(),
+                dests.len()
+            ))
+            .with_uri(uri));
+        }
+        if self.index.has_crypt_info() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "the file is encrypted; this build cannot decrypt it yet",
+            )
+            .with_uri(uri));
+        }
+        let mut headers: Vec<Vec<u8>> = Vec::with_capacity(selection.len());
+        for (&e, &(_, len)) in selection.iter().zip(dests) {
+            let entry = self.index.entries.get(e).ok_or_else(|| {
+                Error::invalid(format!("tensor index {e} out of range")).with_uri(&uri)
+            })?;
+            let expected = entry.expected_nbytes().unwrap_or(u64::MAX);
+            if len as u64 != expected {
+                return Err(Error::invalid(format!(
+                    "destination buffer has {len} bytes, tensor needs {expected}"
+                ))
+                .with_tensor(entry.display_name())
+                .with_uri(&uri));
+            }
+            let header_len = entry.header_len();
+            if header_len > MAX_RECORD_HEADER {
+                return Err(Error::format(format!("record header of {header_len} bytes is implausible"))
+                    .with_tensor(entry.display_name())
+                    .with_range(entry.header_offset..entry.data_offset)
+                    .with_uri(&uri));
+            }
+            headers.push(vec![0u8; header_len as usize]);
+        }
+        let header_bytes: u64 = headers.iter().map(|h| h.len() as u64).sum();
+
+        let mut slots: Vec<(*mut u8, usize)> = Vec::with_capacity(selection.len() * 2);
+        for (h, &(ptr, len)) in headers.iter_mut().zip(dests) {
+            slots.push((h.as_mut_ptr(), h.len()));
+            slots.push((ptr, len));
+        }
+        // SAFETY: header buffers are owned here and outlive `execute`; the
+        // caller's regions carry the same promise by this function's
+        // contract; all are distinct allocations, so none overlap.
+        let destinations = Arc::new(unsafe { Destinations::new(slots) });
+
+        let mut plan_opts = self.source.plan_options();
+        if let Some(p) = opts.part_size {
+            plan_opts.part_size = p.max(1);
+        }
+        let plan = plan_reads(tensor_wants(&self.index, selection), plan_opts)?;
+        let concurrency = opts
+            .concurrency
+            .unwrap_or_else(|| self.source.default_concurrency())
+            .max(1);
+        let exec = execute(
+            Arc::clone(&self.source),
+            plan,
+            Arc::clone(&destinations),
+            ExecOptions { concurrency },
+            cancel,
+        )?;
+        drop(destinations);
+
+        self.check_records(selection, &headers, dests, opts.verify_hash, cancel)?;
+
+        Ok(LoadStats {
+            bytes_fetched: exec.bytes_fetched,
+            requests: exec.requests,
+            retries: exec.retries,
+            seconds: started.elapsed().as_secs_f64(),
+            concurrency,
+            peak_host_bytes: header_bytes,
+        })
+    }
+
+    /// Checks every record header against the index, zero-fills meta
+    /// tensors, and verifies hashes when asked (spread over the cores).
+    fn check_records(
+        &self,
+        selection: &[usize],
+        headers: &[Vec<u8>],
+        dests: &[(*mut u8, usize)],
+        verify_hash: bool,
+        cancel: &CancelToken,
+    ) -> Result<()> {
+        let uri = self.uri();
+        let has_crypt = self.index.has_crypt_info();
+        let dests = SharedRegions(dests);
+        let check_one = |i: usize| -> Result<()> {
+            cancel.check()?;
+            let entry = &self.index.entries[selection[i]];
+            let record = RecordHeader::parse(&headers[i], entry.header_offset, entry.long_dims, has_crypt)
+                .and_then(|r| r.check_matches(entry).map(|_| r))
+                .map_err(|e| e.with_tensor(entry.display_name()))?;
+            let (ptr, len) = dests.get(i);
+            // SAFETY: the executor has finished, so nothing else writes this
+            // region; the caller's contract makes it valid for `len` bytes;
+            // each index `i` is handled by exactly one thread.
+            let data: &mut [u8] = if len == 0 {
+                &mut []
+            } else {
+                unsafe { std::slice::from_raw_parts_mut(ptr, len) }
+            };
+            if entry.is_meta() {
+                data.fill(0);
+            }
+            if verify_hash {
+                let wire: &[u8] = if entry.is_meta() { &[] } else { data };
+                hash::verify(&record, &headers[i], wire).map_err(|e| {
+                    e.with_tensor(entry.display_name())
+                        .with_range(entry.header_offset..entry.data_offset + entry.data_length)
+                })?;
+            }
+            Ok(())
+        };
+        let threads = if verify_hash {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(selection.len()).max(1)
+        } else {
+            1
+        };
+        if threads == 1 {
+            return (0..selection.len())
+                .try_for_each(check_one)
+                .map_err(|e| e.with_uri(uri));
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let failure = std::sync::Mutex::new(None::<Error>);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= selection.len() {
+                        break;
+                    }
+                    if let Err(e) = check_one(i) {
+                        let mut slot = failure.lock().unwrap_or_else(|p| p.into_inner());
+                        if slot.is_none() {
+                            *slot = Some(e);
+                        }
+                        next.store(selection.len(), std::sync::atomic::Ordering::Relaxed);
+                        break;
+                    }
+                });
+            }
+        });
+        match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e.with_uri(uri)),
+            None => Ok(()),
+        }
+    }
+
+    /// Requests and bytes spent on discovery (header and index reads).
+    pub fn discovery_stats(&self) -> (u64, u64) {
+        self.discovery_stats
+    }
+}
+
+/// Reads the header and the whole index: one read normally, a second one
+/// when the index is larger than the discovery read.
+async fn read_index(source: &dyn RangeSource) -> Result<(Index, u64, (u64, u64))> {
+    let disc = source.discover(DISCOVERY_BYTES).await?;
+    let mut requests = 1u64;
+    let mut fetched = disc.prefix.len() as u64;
+    if disc.prefix.len() < PREAMBLE_LEN {
+        return Err(Error::format(format!(
+            "file is truncated: {} bytes is shorter than the {PREAMBLE_LEN}-byte file header",
+            disc.prefix.len()
+        ))
+        .with_range(disc.prefix.len() as u64..PREAMBLE_LEN as u64));
+    }
+    let header = FileHeader::parse(&disc.prefix)?;
+    let index_end = header.index_end()?;
+    if index_end > disc.size {
+        return Err(Error::format(format!(
+            "file is truncated: the index ends at byte {index_end} but the file has {} bytes",
+            disc.size
+        ))
+        .with_range(disc.size..index_end));
+    }
+    let mut prefix = disc.prefix;
+    if (prefix.len() as u64) < index_end {
+        let have = prefix.len() as u64;
+        let rest = source.read_range(have, index_end - have).await?;
+        requests += 1;
+        fetched += rest.len() as u64;
+        prefix.extend_from_slice(&rest);
+    }
+    let index = Index::parse(&prefix, Some(disc.size))?;
+    Ok((index, disc.size, (requests, fetched)))
+}
+
+/// The caller's regions, shareable with the hash-checking threads.
+struct SharedRegions<'a>(&'a [(*mut u8, usize)]);
+
+impl SharedRegions<'_> {
+    fn get(&self, i: usize) -> (*mut u8, usize) {
+        self.0[i]
+    }
+}
+
+// SAFETY: the regions are plain memory, valid for the whole load by
+// `load_into`'s contract; each thread touches only the regions of the
+// indices it claims, so no two threads access the same bytes.
+unsafe impl Sync for SharedRegions<'_> {}

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Set up everything fastshard's tests, demo and benchmarks need, idempotently:
+#   1. the Rust components clippy and rustfmt (added only when missing),
+#   2. a virtual environment (.venv, or $FASTSHARD_VENV) with requirements-dev.txt
+#      installed (skipped while the file's hash matches the one stored in the venv),
+#   3. the native module fastshard._native built into that venv by `maturin develop`.
+#
+# Usage: scripts/setup.sh [--release | --dev] [--no-build]
+#   --release   optimised build (for the demo and benchmarks); same as FASTSHARD_PROFILE=release
+#   --dev       dev build (default; fast incremental builds for tests)
+#   --no-build  stop after the environment; build nothing
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${FASTSHARD_VENV:-$ROOT/.venv}"
+PROFILE="${FASTSHARD_PROFILE:-dev}"
+BUILD=1
+REQS="$ROOT/requirements-dev.txt"
+STAMP="$VENV/.fastshard-requirements.sha256"
+
+for arg in "$@"; do
+  case "$arg" in
+    --release) PROFILE=release ;;
+    --dev) PROFILE=dev ;;
+    --no-build) BUILD=0 ;;
+    -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown argument: $arg" >&2; exit 2 ;;
+  esac
+done
+case "$PROFILE" in
+  dev | release) ;;
+  *) echo "setup.sh: FASTSHARD_PROFILE must be dev or release, not '$PROFILE'" >&2; exit 2 ;;
+esac
+
+say() { printf '[setup] %s\n' "$*"; }
+
+# --- Rust -------------------------------------------------------------------
+command -v cargo >/dev/null || { echo "setup.sh: cargo not found; install a Rust toolchain" >&2; exit 1; }
+if command -v rustup >/dev/null; then
+  installed="$(rustup component list --installed 2>/dev/null || true)"
+  for comp in clippy rustfmt; do
+    if grep -q "^$comp" <<<"$installed"; then
+      say "rust component $comp: present"
+    else
+      say "rust component $comp: adding"
+      rustup component add "$comp"
+    fi
+  done
+else
+  say "rustup not found; assuming cargo clippy and cargo fmt are available"
+fi
+
+# --- Python virtual environment ---------------------------------------------
+if [[ -x "$VENV/bin/python" ]]; then
+  say "venv $VENV: present"
+else
+  PY="${PYTHON:-}"
+  if [[ -z "$PY" ]]; then
+    for cand in python3.11 python3; do
+      if command -v "$cand" >/dev/null; then PY="$cand"; break; fi
+    done
+  fi
+  [[ -n "$PY" ]] || { echo "setup.sh: no python3 found" >&2; exit 1; }
+  say "venv $VENV: creating with $("$PY" -c 'import sys; print(sys.executable, sys.version.split()[0])')"
+  "$PY" -m venv "$VENV"
+fi
+
+# The stamp covers the requirements and the interpreter, so a venv rebuilt on
+# another Python, or an edited requirements file, installs again.
+want="$( (cat "$REQS"; "$VENV/bin/python" -c 'import sys; print(sys.version)') | sha256sum | cut -d' ' -f1)"
+have="$(cat "$STAMP" 2>/dev/null || true)"
+if [[ "$want" == "$have" ]]; then
+  say "requirements-dev.txt: unchanged since the last install, skipping pip"
+else
+  say "requirements-dev.txt: installing (torch is large: the first install takes minutes)"
+  start=$SECONDS
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQS"
+  echo "$want" >"$STAMP"
+  say "requirements-dev.txt: installed in $((SECONDS - start)) s"
+fi
+
+# --- Native module ------------------------------------------------------------
+if [[ "$BUILD" == 1 ]]; then
+  flags=()
+  [[ "$PROFILE" == release ]] && flags+=(--release)
+  say "maturin develop ($PROFILE profile) into $VENV"
+  start=$SECONDS
+  # PYO3_PYTHON pins the interpreter pyo3's build script configures against, so
+  # maturin, cargo test and cargo clippy share build artifacts instead of
+  # rebuilding pyo3 whenever the detected Python differs.
+  (cd "$ROOT" && VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" PYO3_PYTHON="$VENV/bin/python" \
+    "$VENV/bin/maturin" develop "${flags[@]}")
+  say "maturin develop: done in $((SECONDS - start)) s"
+  "$VENV/bin/python" -c 'import fastshard, fastshard._native as n; print("[setup] import fastshard: ok,", n.__file__)'
+fi

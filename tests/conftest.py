@@ -1,0 +1,171 @@
+"""Shared fixtures: writing files with the real tensorizer, random tensors of
+every dtype, bit-exact comparison and a parser for byte-patching files."""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# Every dtype tensorizer 2.12.1 round-trips with torch 2.13 (checked by
+# writing and reading each one with tensorizer itself).
+DTYPE_NAMES = [
+    "float32",
+    "float16",
+    "float64",
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "bool",
+    "complex64",
+    "complex128",
+    "complex32",
+]
+DTYPES = [getattr(torch, n) for n in DTYPE_NAMES if isinstance(getattr(torch, n, None), torch.dtype)]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("filterwarnings", "ignore:ComplexHalf support is experimental")
+
+
+def random_tensor(dtype: torch.dtype, shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
+    """Random *bit patterns* (NaNs, infinities, subnormals included), so a
+    load that converts through a float type would show up."""
+    gen = torch.Generator().manual_seed(seed)
+    numel = math.prod(shape)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=gen).bool()
+    raw = torch.randint(0, 256, (numel * dtype.itemsize,), dtype=torch.uint8, generator=gen)
+    return raw.view(dtype).reshape(shape)
+
+
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+
+
+def assert_bit_equal(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    assert isinstance(actual, torch.Tensor)
+    assert actual.dtype == expected.dtype
+    assert tuple(actual.shape) == tuple(expected.shape)
+    assert torch.equal(as_bytes(actual), as_bytes(expected))
+
+
+def tensorizer_write(obj: Any, path: Path, **kwargs: Any) -> Path:
+    """Write ``obj`` with the real tensorizer: ``write_module`` for modules,
+    ``write_state_dict`` otherwise."""
+    from tensorizer import TensorSerializer
+
+    ser = TensorSerializer(str(path))
+    if isinstance(obj, torch.nn.Module):
+        ser.write_module(obj, **kwargs)
+    else:
+        ser.write_state_dict(obj, **kwargs)
+    ser.close()
+    return path
+
+
+def tensorizer_read(path: Path, **kwargs: Any) -> dict[Any, torch.Tensor]:
+    from tensorizer import TensorDeserializer
+
+    with TensorDeserializer(str(path), device="cpu", **kwargs) as d:
+        return {k: v.detach().clone() for k, v in d.items()}
+
+
+def layout(path: Path) -> list[dict[str, Any]]:
+    """Byte positions of every index entry and record field of an
+    unversioned (data version < 5) file, for patching tests."""
+    data = Path(path).read_bytes()
+    count, mlen = struct.unpack_from("<QQ", data, 0x39)
+    pos = 0x49
+    out = []
+    for _ in range(count):
+        entry = pos
+        (nl,) = struct.unpack_from("<H", data, pos)
+        name = data[pos + 2 : pos + 2 + nl]
+        pos += 2 + nl + 1
+        dl = data[pos]
+        dtype = data[pos + 1 : pos + 1 + dl]
+        pos += 1 + dl
+        nd = data[pos]
+        dims = struct.unpack_from(f"<{nd}I", data, pos + 1)
+        pos += 1 + 4 * nd
+        ho, do, dlen = struct.unpack_from("<QQQ", data, pos)
+        rec_dtype = ho + 8 + 2 + 1 + 2 + nl + 1
+        out.append(
+            {
+                "name": name.decode("utf-8", "replace"),
+                "entry": entry,
+                "offsets_at": pos,  # header_offset, data_offset, data_length (3 × u64)
+                "dims": dims,
+                "header_offset": ho,
+                "data_offset": do,
+                "data_length": dlen,
+                "record_dtype_at": rec_dtype,
+                "record_dims_at": rec_dtype + dl + 1,
+            }
+        )
+        pos += 24
+    assert pos <= 0x49 + mlen
+    return out
+
+
+def patch(path: Path, offset: int, new: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(new)
+
+
+@pytest.fixture
+def tz_write(tmp_path: Path) -> Callable[..., Path]:
+    counter = iter(range(1_000_000))
+
+    def write(obj: Any, name: str | None = None, **kwargs: Any) -> Path:
+        return tensorizer_write(obj, tmp_path / (name or f"tz{next(counter)}.tensors"), **kwargs)
+
+    return write
+
+
+class SmallNet(torch.nn.Module):
+    """Parameters and buffers at the root and in children, a BatchNorm with an
+    int64 counter, and a non-persistent buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.randn(3))
+        self.register_buffer("steps", torch.tensor([1, 2, 3], dtype=torch.int64))
+        self.register_buffer("cache", torch.randn(2, 2), persistent=False)
+        self.lin = torch.nn.Linear(4, 3)
+        self.norm = torch.nn.BatchNorm1d(3)
+        self.head = torch.nn.Sequential(torch.nn.Linear(3, 2, bias=False), torch.nn.ReLU())
+        self.frozen = torch.nn.Parameter(torch.randn(2), requires_grad=False)
+
+
+def small_net(seed: int) -> SmallNet:
+    torch.manual_seed(seed)
+    net = SmallNet()
+    with torch.no_grad():
+        # Non-default buffer values, so loading them is observable.
+        net.norm.running_mean.normal_()
+        net.norm.running_var.uniform_(0.5, 2.0)
+        net.norm.num_batches_tracked.fill_(seed + 7)
+    return net
