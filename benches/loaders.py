@@ -126,8 +126,7 @@ def measure(loader: str, path: str, want_digest: bool) -> dict:
         "peak_is_load_only": peak_reset,
     }
     if want_digest:
-        sys.path.insert(0, __file__.rsplit("/", 1)[0])
-        from datasets import digest
+        from workloads import digest  # benches/ is sys.path[0] when run as a script
 
         result["digest"] = digest(sd)
     return result
@@ -141,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     # Import everything the loader needs before the clock starts.
     if args.loader == "fastshard":
-        import fastshard  # noqa: F401
+        import fastshard
+
+        fastshard.load_state_dict  # noqa: B018 (resolves the lazily imported reader)
     elif args.loader == "tensorizer":
         import tensorizer  # noqa: F401
     elif args.loader == "safetensors":

@@ -79,7 +79,10 @@ fn record_headers_parallel(
                     break;
                 }
                 let h = writer::record_header(&specs[i], &records[i], data[i]);
-                results.lock().unwrap_or_else(|p| p.into_inner()).push((i, h));
+                results
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push((i, h));
             });
         }
     });

@@ -121,10 +121,12 @@ impl TensorFile {
             }
             let header_len = entry.header_len();
             if header_len > MAX_RECORD_HEADER {
-                return Err(Error::format(format!("record header of {header_len} bytes is implausible"))
-                    .with_tensor(entry.display_name())
-                    .with_range(entry.header_offset..entry.data_offset)
-                    .with_uri(&uri));
+                return Err(Error::format(format!(
+                    "record header of {header_len} bytes is implausible"
+                ))
+                .with_tensor(entry.display_name())
+                .with_range(entry.header_offset..entry.data_offset)
+                .with_uri(&uri));
             }
             headers.push(vec![0u8; header_len as usize]);
         }
@@ -132,6 +134,9 @@ impl TensorFile {
 
         let mut slots: Vec<(*mut u8, usize)> = Vec::with_capacity(selection.len() * 2);
         for (h, &(ptr, len)) in headers.iter_mut().zip(dests) {
+            if std::env::var_os("FASTSHARD_NO_THP").is_none() {
+                crate::exec::advise_huge_pages(ptr, len);
+            }
             slots.push((h.as_mut_ptr(), h.len()));
             slots.push((ptr, len));
         }
@@ -186,9 +191,10 @@ impl TensorFile {
         let check_one = |i: usize| -> Result<()> {
             cancel.check()?;
             let entry = &self.index.entries[selection[i]];
-            let record = RecordHeader::parse(&headers[i], entry.header_offset, entry.long_dims, has_crypt)
-                .and_then(|r| r.check_matches(entry).map(|_| r))
-                .map_err(|e| e.with_tensor(entry.display_name()))?;
+            let record =
+                RecordHeader::parse(&headers[i], entry.header_offset, entry.long_dims, has_crypt)
+                    .and_then(|r| r.check_matches(entry).map(|_| r))
+                    .map_err(|e| e.with_tensor(entry.display_name()))?;
             let (ptr, len) = dests.get(i);
             // SAFETY: the executor has finished, so nothing else writes this
             // region; the caller's contract makes it valid for `len` bytes;
@@ -211,7 +217,11 @@ impl TensorFile {
             Ok(())
         };
         let threads = if verify_hash {
-            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(selection.len()).max(1)
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+                .min(selection.len())
+                .max(1)
         } else {
             1
         };

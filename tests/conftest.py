@@ -41,7 +41,9 @@ DTYPE_NAMES = [
     "complex128",
     "complex32",
 ]
-DTYPES = [getattr(torch, n) for n in DTYPE_NAMES if isinstance(getattr(torch, n, None), torch.dtype)]
+DTYPES = [
+    getattr(torch, n) for n in DTYPE_NAMES if isinstance(getattr(torch, n, None), torch.dtype)
+]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -104,7 +106,6 @@ def layout(path: Path) -> list[dict[str, Any]]:
         name = data[pos + 2 : pos + 2 + nl]
         pos += 2 + nl + 1
         dl = data[pos]
-        dtype = data[pos + 1 : pos + 1 + dl]
         pos += 1 + dl
         nd = data[pos]
         dims = struct.unpack_from(f"<{nd}I", data, pos + 1)

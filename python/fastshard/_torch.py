@@ -8,15 +8,14 @@ torch dtypes numpy cannot represent (bfloat16, float8, complex32).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Union
 
 import numpy as np
 import torch
 
 from .errors import InvalidArgumentError, UnsupportedError
 
-DeviceLike = Union[str, torch.device]
-DtypeLike = Union[str, torch.dtype]
+DeviceLike = str | torch.device
+DtypeLike = str | torch.dtype
 
 
 def dtype_from_name(name: str, *, tensor: str | None = None, uri: str | None = None) -> torch.dtype:

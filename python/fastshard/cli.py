@@ -84,7 +84,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         rows.append((t["name"], t["dtype"], shape, str(t["nbytes"]), str(t["offset"])))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths)) + "  " + r[4])
+        print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4])
     return EXIT_OK
 
 

@@ -7,16 +7,16 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Union
+from typing import Any
 
 import torch
 
 from . import _native, _torch
 from .errors import FormatError, InvalidArgumentError, ShardMismatchError, UnsupportedError
 
-PathPart = Union[str, int]
-NameOrPath = Union[str, Sequence[PathPart]]
-StateDict = Union[dict[str, torch.Tensor], dict[Any, Any], list[Any]]
+PathPart = str | int
+NameOrPath = str | Sequence[PathPart]
+StateDict = dict[str, torch.Tensor] | dict[Any, Any] | list[Any]
 
 # Options the native load understands today.
 _LOAD_OPTS = frozenset({"verify_hash", "concurrency", "part_size_bytes"})
@@ -245,7 +245,17 @@ class TensorFile:
         if names is None:
             indices = list(range(len(self._infos)))
         else:
-            wanted = {self.index_of(n) for n in _name_list(names)}
+            wanted: set[int] = set()
+            unknown: list[NameOrPath] = []
+            for name in _name_list(names):
+                try:
+                    wanted.add(self.index_of(name))
+                except KeyError:
+                    unknown.append(name)
+            if unknown:
+                raise InvalidArgumentError(
+                    f"{self.uri}: no tensors named {unknown[:20]}", uri=self.uri
+                )
             indices = sorted(wanted)  # file order reads sequentially
         tensors = [_torch.empty(self._infos[i].shape, self._infos[i].dtype) for i in indices]
         stats = self.fill(indices, tensors)
@@ -261,9 +271,9 @@ class TensorFile:
 
     def _build(self, indices: list[int], tensors: list[torch.Tensor]) -> StateDict:
         if not self.nested:
-            return {self._infos[i].name: t for i, t in zip(indices, tensors)}
+            return {self._infos[i].name: t for i, t in zip(indices, tensors, strict=True)}
         flat: list[tuple[tuple[PathPart, ...], torch.Tensor]] = []
-        for i, t in zip(indices, tensors):
+        for i, t in zip(indices, tensors, strict=True):
             info = self._infos[i]
             flat.append((info.path if info.path is not None else (info.name,), t))
         return restructure(flat, uri=self.uri)

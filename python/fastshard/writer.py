@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 import torch
@@ -12,8 +12,8 @@ import torch
 from . import _native, _torch
 from .errors import InvalidArgumentError, UnsupportedError
 
-PathPart = Union[str, int]
-_Spec = tuple[Union[str, list[PathPart]], int, int, torch.Tensor]  # name, type, module idx
+PathPart = str | int
+_Spec = tuple[str | list[PathPart], int, int, torch.Tensor]  # name, type, module idx
 
 PARAM, BUFFER, STATE_DICT = 0, 1, 2
 

@@ -30,8 +30,7 @@ impl CancelToken {
     }
 
     pub fn is_cancelled(&self) -> bool {
-        self.flag.load(Ordering::Acquire)
-            || self.parent.as_ref().is_some_and(|p| p.is_cancelled())
+        self.flag.load(Ordering::Acquire) || self.parent.as_ref().is_some_and(|p| p.is_cancelled())
     }
 
     /// `Err(Cancelled)` once cancelled, so reads can `?` it.

@@ -49,8 +49,8 @@ pub fn execute(
         let mut first_err: Option<Error> = None;
 
         let record = |res: std::result::Result<Result<PartStats>, tokio::task::JoinError>,
-                          totals: &mut PartStats,
-                          first_err: &mut Option<Error>| {
+                      totals: &mut PartStats,
+                      first_err: &mut Option<Error>| {
             let res = res.unwrap_or_else(|e| {
                 Err(Error::new(ErrorKind::Io, format!("read task failed: {e}")))
             });
@@ -116,4 +116,106 @@ pub fn execute(
         retries: totals.retries,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::io::mock::MockSource;
+    use crate::plan::{plan_reads, PlanOptions, Want};
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    fn setup(fail_at: Vec<u64>) -> (Arc<MockSource>, ReadPlan, Vec<u8>) {
+        let bytes: Vec<u8> = (0..64 * 1024).map(|i| (i * 7 % 251) as u8).collect();
+        let src = Arc::new(MockSource {
+            bytes: bytes.clone(),
+            fail_at,
+            delay: Duration::from_millis(2),
+            ..Default::default()
+        });
+        let plan = plan_reads(
+            vec![Want {
+                offset: 0,
+                len: bytes.len() as u64,
+                slot: 0,
+            }],
+            PlanOptions {
+                gap_threshold: 0,
+                part_size: 1024,
+            },
+        )
+        .unwrap();
+        (src, plan, bytes)
+    }
+
+    #[test]
+    fn all_parts_land_with_bounded_concurrency() {
+        let (src, plan, bytes) = setup(vec![]);
+        let mut out = vec![0u8; bytes.len()];
+        // SAFETY: `out` outlives `execute` and is untouched meanwhile.
+        let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
+        let stats = execute(
+            src.clone(),
+            plan,
+            dest,
+            ExecOptions { concurrency: 5 },
+            &CancelToken::new(),
+        )
+        .unwrap();
+        assert_eq!(out, bytes);
+        assert_eq!(stats.requests, 64);
+        assert_eq!(stats.bytes_fetched, bytes.len() as u64);
+        let max = src.max_in_flight.load(Ordering::SeqCst);
+        assert!((2..=5).contains(&max), "max in flight {max}");
+    }
+
+    #[test]
+    fn first_failure_stops_the_rest_and_waits_for_started_parts() {
+        let (src, plan, _) = setup(vec![3 * 1024]);
+        let mut out = vec![0u8; 64 * 1024];
+        // SAFETY: `out` outlives `execute` and is untouched meanwhile.
+        let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
+        let err = execute(
+            src.clone(),
+            plan,
+            dest,
+            ExecOptions { concurrency: 4 },
+            &CancelToken::new(),
+        )
+        .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Network);
+        assert_eq!(err.range(), Some(3072..4096));
+        assert_eq!(err.uri(), Some("mock://object"));
+        // Nothing is still running once execute returned...
+        assert_eq!(src.in_flight.load(Ordering::SeqCst), 0);
+        // ...and the failure stopped the plan well before its end.
+        assert!(src.finished.load(Ordering::SeqCst) < 20);
+    }
+
+    #[test]
+    fn caller_cancellation_is_reported_as_cancelled() {
+        let (src, plan, _) = setup(vec![]);
+        let mut out = vec![0u8; 64 * 1024];
+        // SAFETY: `out` outlives `execute` and is untouched meanwhile.
+        let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
+        let cancel = CancelToken::new();
+        let c2 = cancel.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(10));
+            c2.cancel();
+        });
+        let err = execute(
+            src.clone(),
+            plan,
+            dest,
+            ExecOptions { concurrency: 1 },
+            &cancel,
+        )
+        .unwrap_err();
+        t.join().unwrap();
+        assert_eq!(err.kind(), ErrorKind::Cancelled);
+        assert_eq!(src.in_flight.load(Ordering::SeqCst), 0);
+        assert!(src.finished.load(Ordering::SeqCst) < 64);
+    }
 }

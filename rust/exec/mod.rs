@@ -7,6 +7,6 @@ mod executor;
 mod runtime;
 
 pub use cancel::CancelToken;
-pub use dest::Destinations;
+pub use dest::{advise_huge_pages, Destinations};
 pub use executor::{execute, ExecOptions, ExecStats};
 pub use runtime::runtime;

@@ -16,7 +16,9 @@ static RUNTIME: Mutex<Option<(u32, Arc<Runtime>)>> = Mutex::new(None);
 /// The runtime for this process, built on first use (and again after a fork).
 pub fn runtime() -> Result<Arc<Runtime>> {
     let pid = std::process::id();
-    let mut guard = RUNTIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut guard = RUNTIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some((owner, rt)) = guard.as_ref() {
         if *owner == pid {
             return Ok(Arc::clone(rt));

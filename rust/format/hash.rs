@@ -149,7 +149,9 @@ mod tests {
 
     #[test]
     fn one_pass_equals_separate_across_chunk_boundaries() {
-        let data: Vec<u8> = (0..CHUNK * 2 + 17).map(|i| (i * 7 + i / 251) as u8).collect();
+        let data: Vec<u8> = (0..CHUNK * 2 + 17)
+            .map(|i| (i * 7 + i / 251) as u8)
+            .collect();
         let (c, s) = crc32_and_sha256(b"hdr", &data);
         assert_eq!(c, crc32(b"hdr", &data));
         assert_eq!(s, sha256(b"hdr", &data));

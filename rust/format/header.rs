@@ -266,10 +266,14 @@ mod tests {
     fn rejects_empty_index() {
         let mut h = sample();
         h.tensor_count = 0;
-        assert!(err(&h.encode()).message().contains("index in the file is empty"));
+        assert!(err(&h.encode())
+            .message()
+            .contains("index in the file is empty"));
         let mut h = sample();
         h.metadata_len = 0;
-        assert!(err(&h.encode()).message().contains("index in the file is empty"));
+        assert!(err(&h.encode())
+            .message()
+            .contains("index in the file is empty"));
     }
 
     #[test]

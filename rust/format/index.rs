@@ -89,7 +89,18 @@ pub(crate) fn min_record_header_len(
     crypt: bool,
 ) -> u64 {
     let dim = if long_dims { 8 } else { 4 };
-    8 + 2 + 1 + 2 + name_len + 1 + dtype_len + 1 + ndim * dim + 2 + 1 + 8 + if crypt { 8 } else { 0 }
+    8 + 2
+        + 1
+        + 2
+        + name_len
+        + 1
+        + dtype_len
+        + 1
+        + ndim * dim
+        + 2
+        + 1
+        + 8
+        + if crypt { 8 } else { 0 }
 }
 
 #[derive(Debug, Clone)]
@@ -196,13 +207,20 @@ fn parse_entry(c: &mut Cursor<'_>, versioned: bool) -> Result<(TensorEntry, u8)>
     let name_start = c.abs();
     let raw_name = c.bytes(usize::from(name_len))?;
     let shown = String::from_utf8_lossy(raw_name).into_owned();
-    let ctx = |e: Error| e.with_tensor(shown.clone());
+    let ctx = |e: Error| {
+        if shown.is_empty() {
+            e
+        } else {
+            e.with_tensor(shown.clone())
+        }
+    };
     let name = TensorName::decode(raw_name)
-        .map_err(|e| ctx(e.with_range(name_start..name_start + u64::from(name_len))))?;
+        .map_err(|e| ctx(e.with_range(name_start.saturating_sub(2)..c.abs())))?;
     let type_at = c.abs();
     let type_byte = c.u8().map_err(ctx)?;
     let tensor_type = TensorType::from_u8(type_byte).ok_or_else(|| {
-        ctx(Error::format(format!("unknown tensor type {type_byte}")).with_range(type_at..type_at + 1))
+        ctx(Error::format(format!("unknown tensor type {type_byte}"))
+            .with_range(type_at..type_at + 1))
     })?;
     let dtype_len = c.u8().map_err(ctx)?;
     let dtype_at = c.abs();
@@ -212,7 +230,11 @@ fn parse_entry(c: &mut Cursor<'_>, versioned: bool) -> Result<(TensorEntry, u8)>
     let ndim = c.u8().map_err(ctx)?;
     let mut shape = Vec::with_capacity(usize::from(ndim));
     for _ in 0..ndim {
-        let d = if long_dims { c.u64() } else { c.u32().map(u64::from) };
+        let d = if long_dims {
+            c.u64()
+        } else {
+            c.u32().map(u64::from)
+        };
         shape.push(d.map_err(ctx)?);
     }
     let header_offset = c.u64().map_err(ctx)?;

@@ -55,11 +55,17 @@ impl TensorName {
             )));
         }
         let value: serde_json::Value = serde_json::from_slice(rest).map_err(|e| {
-            Error::format(format!("tensor path \"{}\" is not valid JSON: {e}", shown()))
+            Error::format(format!(
+                "tensor path \"{}\" is not valid JSON: {e}",
+                shown()
+            ))
         })?;
         let items = value.as_array().map(Vec::as_slice).unwrap_or_default();
         if items.is_empty() {
-            return Err(Error::format(format!("tensor path \"{}\" is empty", shown())));
+            return Err(Error::format(format!(
+                "tensor path \"{}\" is empty",
+                shown()
+            )));
         }
         let mut parts = Vec::with_capacity(items.len());
         for item in items {
@@ -200,7 +206,10 @@ mod tests {
     fn encoder_matches_python_json_dumps() {
         // Expected bytes are CPython 3.11 json.dumps(..., ensure_ascii=True,
         // separators=(",", ":")) outputs, prefixed with RS.
-        assert_eq!(enc(vec![key("a"), key("é"), Index(0)]), b"\x1e[\"a\",\"\\u00e9\",0]");
+        assert_eq!(
+            enc(vec![key("a"), key("é"), Index(0)]),
+            b"\x1e[\"a\",\"\\u00e9\",0]"
+        );
         assert_eq!(enc(vec![key("\x7f")]), b"\x1e[\"\\u007f\"]");
         assert_eq!(
             enc(vec![key("\x00\x01\x1f \"\\\n\r\t\x08\x0c/")]),
@@ -208,10 +217,18 @@ mod tests {
         );
         assert_eq!(enc(vec![key("😀")]), b"\x1e[\"\\ud83d\\ude00\"]");
         assert_eq!(
-            enc(vec![key("\u{fffe}"), key("\u{10ffff}"), key("\u{80}"), key("a\u{2028}")]),
+            enc(vec![
+                key("\u{fffe}"),
+                key("\u{10ffff}"),
+                key("\u{80}"),
+                key("a\u{2028}")
+            ]),
             b"\x1e[\"\\ufffe\",\"\\udbff\\udfff\",\"\\u0080\",\"a\\u2028\"]".to_vec()
         );
-        assert_eq!(enc(vec![key("a"), Index(u64::MAX)]), b"\x1e[\"a\",18446744073709551615]");
+        assert_eq!(
+            enc(vec![key("a"), Index(u64::MAX)]),
+            b"\x1e[\"a\",18446744073709551615]"
+        );
         // From a tensorizer 2.12.1 file: {"n": {"q\"\\\x7f😀\n\x01é": t}}.
         assert_eq!(
             enc(vec![key("n"), key("q\"\\\x7f😀\n\x01é")]),
@@ -284,11 +301,22 @@ mod tests {
             TensorName::from_path(vec![key("w")]).unwrap(),
             TensorName::Plain("w".into())
         );
-        assert_eq!(TensorName::from_path(vec![key("w")]).unwrap().encode(), b"w");
-        assert_eq!(TensorName::from_path(vec![Index(0)]).unwrap().encode(), b"\x1e[0]");
-        assert_eq!(TensorName::from_path(vec![key("")]).unwrap().encode(), b"\x1e[\"\"]");
         assert_eq!(
-            TensorName::from_path(vec![key("\u{1e}x")]).unwrap().encode(),
+            TensorName::from_path(vec![key("w")]).unwrap().encode(),
+            b"w"
+        );
+        assert_eq!(
+            TensorName::from_path(vec![Index(0)]).unwrap().encode(),
+            b"\x1e[0]"
+        );
+        assert_eq!(
+            TensorName::from_path(vec![key("")]).unwrap().encode(),
+            b"\x1e[\"\"]"
+        );
+        assert_eq!(
+            TensorName::from_path(vec![key("\u{1e}x")])
+                .unwrap()
+                .encode(),
             b"\x1e[\"\\u001ex\"]"
         );
         assert_eq!(

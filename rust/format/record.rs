@@ -4,8 +4,8 @@
 //! so a file whose index and records disagree is caught before data lands.
 
 use super::cursor::Cursor;
-use super::index::{min_record_header_len, TensorEntry};
 use super::dtype::Dtype;
+use super::index::{min_record_header_len, TensorEntry};
 use super::TensorType;
 use crate::error::{Error, Result};
 use std::ops::Range;
@@ -40,7 +40,12 @@ impl RecordHeader {
     /// `buf` starts at the record's header offset (`base` in the file) and
     /// must hold at least the header. `long_dims` comes from the index entry
     /// tag, since records carry no tag of their own.
-    pub fn parse(buf: &[u8], base: u64, long_dims: bool, has_crypt_info: bool) -> Result<RecordHeader> {
+    pub fn parse(
+        buf: &[u8],
+        base: u64,
+        long_dims: bool,
+        has_crypt_info: bool,
+    ) -> Result<RecordHeader> {
         let mut c = Cursor::new(buf, base).with_what("record header");
         let header_len = c.u64()?;
         if header_len == 0 {
@@ -89,7 +94,11 @@ impl RecordHeader {
         let ndim = c.u8().map_err(ctx)?;
         let mut shape = Vec::with_capacity(usize::from(ndim));
         for _ in 0..ndim {
-            let d = if long_dims { c.u64() } else { c.u32().map(u64::from) };
+            let d = if long_dims {
+                c.u64()
+            } else {
+                c.u32().map(u64::from)
+            };
             shape.push(d.map_err(ctx)?);
         }
         let section_len = c.u16().map_err(ctx)?;
@@ -161,7 +170,11 @@ impl RecordHeader {
             );
         }
         if self.shape != entry.shape {
-            return fail("shape", format!("{:?}", entry.shape), format!("{:?}", self.shape));
+            return fail(
+                "shape",
+                format!("{:?}", entry.shape),
+                format!("{:?}", self.shape),
+            );
         }
         if self.header_len != entry.header_len() {
             return fail(
@@ -184,7 +197,9 @@ impl RecordHeader {
     /// values zeroed, crypt-info block removed. `buf` is the buffer this
     /// header was parsed from.
     pub fn hash_input(&self, buf: &[u8]) -> Vec<u8> {
-        let len = usize::try_from(self.header_len).unwrap_or(usize::MAX).min(buf.len());
+        let len = usize::try_from(self.header_len)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
         let mut out = buf.get(..len).unwrap_or_default().to_vec();
         for r in &self.hash_values {
             if let Some(v) = out.get_mut(r.clone()) {
@@ -209,7 +224,11 @@ impl RecordHeader {
 
 /// `section` is the hash section after its u16 length; `at` is its
 /// position in the header buffer and `abs` its file offset.
-fn parse_hashes(section: &[u8], at: usize, abs: u64) -> Result<(Vec<HashValue>, Vec<Range<usize>>)> {
+fn parse_hashes(
+    section: &[u8],
+    at: usize,
+    abs: u64,
+) -> Result<(Vec<HashValue>, Vec<Range<usize>>)> {
     let mut c = Cursor::new(section, abs).with_what("hash section");
     let count = c.u8()?;
     // Each hash takes at least 2 bytes, so the section bounds the count.
@@ -229,7 +248,9 @@ fn parse_hashes(section: &[u8], at: usize, abs: u64) -> Result<(Vec<HashValue>, 
             .with_range(entry_at..c.abs())
         };
         let h = match (kind, value) {
-            (HASH_CRC32, &[b0, b1, b2, b3]) => HashValue::Crc32(u32::from_le_bytes([b0, b1, b2, b3])),
+            (HASH_CRC32, &[b0, b1, b2, b3]) => {
+                HashValue::Crc32(u32::from_le_bytes([b0, b1, b2, b3]))
+            }
             (HASH_SHA256, v) if v.len() == 32 => {
                 let mut out = [0u8; 32];
                 out.copy_from_slice(v);

@@ -44,7 +44,13 @@ pub fn read_back(file: &[u8], specs: &[WriteSpec], data: &[Vec<u8>], layout: &Wr
     assert_eq!(index.header, layout.header);
     assert_eq!(index.entries.len(), specs.len());
     assert_eq!(file.get(file.len() - 8..), Some(&[0u8; 8][..]));
-    for (((e, spec), d), rec) in index.entries.iter().zip(specs).zip(data).zip(&layout.records) {
+    for (((e, spec), d), rec) in index
+        .entries
+        .iter()
+        .zip(specs)
+        .zip(data)
+        .zip(&layout.records)
+    {
         assert_eq!(e.name, spec.name);
         assert_eq!(e.raw_name, spec.name.encode());
         assert_eq!(e.tensor_type, spec.tensor_type);
@@ -56,7 +62,10 @@ pub fn read_back(file: &[u8], specs: &[WriteSpec], data: &[Vec<u8>], layout: &Wr
         assert_eq!(e.header_len(), rec.header_len);
         assert_eq!(e.long_dims, rec.long_dims);
         assert_eq!(e.is_meta(), spec.is_meta && e.expected_nbytes() != Some(0));
-        assert_eq!(index.find(&spec.name.display()), index.entries.iter().position(|x| x == e));
+        assert_eq!(
+            index.find(&spec.name.display()),
+            index.entries.iter().position(|x| x == e)
+        );
         let hbuf = &file[e.header_offset as usize..];
         let r = RecordHeader::parse(hbuf, e.header_offset, e.long_dims, index.has_crypt_info())
             .unwrap();
@@ -71,7 +80,10 @@ pub fn read_back(file: &[u8], specs: &[WriteSpec], data: &[Vec<u8>], layout: &Wr
 }
 
 pub fn sha_hex(b: &[u8]) -> String {
-    hash::sha256(b, &[]).iter().map(|x| format!("{x:02x}")).collect()
+    hash::sha256(b, &[])
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect()
 }
 
 pub fn f32s(v: &[f32]) -> Vec<u8> {

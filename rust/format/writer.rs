@@ -5,7 +5,9 @@
 //! headers are pure functions, so callers may hash tensors in parallel.
 
 use super::dtype::Dtype;
-use super::header::{FileHeader, FLAGS_VERSION, FLAG_VERSIONED_HEADERS, LONG_TENSOR_VERSION, PREAMBLE_LEN};
+use super::header::{
+    FileHeader, FLAGS_VERSION, FLAG_VERSIONED_HEADERS, LONG_TENSOR_VERSION, PREAMBLE_LEN,
+};
 use super::index::{numel, TAG_LONG, TAG_SHORT};
 use super::names::TensorName;
 use super::record::{HASH_CRC32, HASH_SHA256};
@@ -74,18 +76,31 @@ fn size_spec(spec: &WriteSpec) -> Result<Sized> {
         return Err(err("tensor name is empty".into()));
     }
     if name.len() > usize::from(u16::MAX) {
-        return Err(err(format!("tensor name is {} bytes; the format allows 65535", name.len())));
+        return Err(err(format!(
+            "tensor name is {} bytes; the format allows 65535",
+            name.len()
+        )));
     }
     if spec.name.parts().is_some() && spec.tensor_type != TensorType::StateDict {
-        return Err(err("structured tensor paths are only allowed on state-dict tensors".into()));
+        return Err(err(
+            "structured tensor paths are only allowed on state-dict tensors".into(),
+        ));
     }
     if spec.shape.len() > usize::from(u8::MAX) {
-        return Err(err(format!("tensor has {} dims; the format allows 255", spec.shape.len())));
+        return Err(err(format!(
+            "tensor has {} dims; the format allows 255",
+            spec.shape.len()
+        )));
     }
     let nbytes = numel(&spec.shape)
         .and_then(|n| n.checked_mul(spec.dtype.itemsize() as u64))
         .filter(|&n| i64::try_from(n).is_ok())
-        .ok_or_else(|| err(format!("tensor of shape {:?} is too large to store", spec.shape)))?;
+        .ok_or_else(|| {
+            err(format!(
+                "tensor of shape {:?} is too large to store",
+                spec.shape
+            ))
+        })?;
     Ok(Sized {
         name,
         long: spec.shape.iter().any(|&d| d >= LONG_DIM),
@@ -98,7 +113,13 @@ fn dims_len(spec: &WriteSpec, long: bool) -> u64 {
 }
 
 fn header_len(spec: &WriteSpec, s: &Sized) -> u64 {
-    8 + 2 + 1 + 2 + s.name.len() as u64 + 1 + spec.dtype.tensorizer_str().len() as u64 + 1
+    8 + 2
+        + 1
+        + 2
+        + s.name.len() as u64
+        + 1
+        + spec.dtype.tensorizer_str().len() as u64
+        + 1
         + dims_len(spec, s.long)
         + 2
         + u64::from(HASH_SECTION_LEN)
@@ -107,7 +128,12 @@ fn header_len(spec: &WriteSpec, s: &Sized) -> u64 {
 
 fn entry_len(spec: &WriteSpec, s: &Sized, versioned: bool) -> u64 {
     let tag = if versioned { 4 } else { 0 };
-    tag + 2 + s.name.len() as u64 + 1 + 1 + spec.dtype.tensorizer_str().len() as u64 + 1
+    tag + 2
+        + s.name.len() as u64
+        + 1
+        + 1
+        + spec.dtype.tensorizer_str().len() as u64
+        + 1
         + dims_len(spec, s.long)
         + 24
 }
@@ -157,11 +183,15 @@ pub fn plan(specs: &[WriteSpec], mode: IndexMode) -> Result<WriteLayout> {
     let entries_len = specs
         .iter()
         .zip(&sized)
-        .try_fold(0u64, |acc, (spec, s)| acc.checked_add(entry_len(spec, s, versioned)))
+        .try_fold(0u64, |acc, (spec, s)| {
+            acc.checked_add(entry_len(spec, s, versioned))
+        })
         .ok_or_else(overflow)?;
     let metadata_len = match mode {
         IndexMode::Exact => entries_len,
-        IndexMode::Tensorizer if entries_len <= TENSORIZER_INDEX_RESERVE => TENSORIZER_INDEX_RESERVE,
+        IndexMode::Tensorizer if entries_len <= TENSORIZER_INDEX_RESERVE => {
+            TENSORIZER_INDEX_RESERVE
+        }
         IndexMode::Tensorizer => {
             return Err(Error::invalid(format!(
                 "index needs {entries_len} bytes for {} tensors, more than the \
@@ -171,7 +201,9 @@ pub fn plan(specs: &[WriteSpec], mode: IndexMode) -> Result<WriteLayout> {
             )))
         }
     };
-    let mut offset = (PREAMBLE_LEN as u64).checked_add(metadata_len).ok_or_else(overflow)?;
+    let mut offset = (PREAMBLE_LEN as u64)
+        .checked_add(metadata_len)
+        .ok_or_else(overflow)?;
     let mut records = Vec::with_capacity(specs.len());
     let mut tensor_size = 0u64;
     for (spec, s) in specs.iter().zip(&sized) {
@@ -184,10 +216,16 @@ pub fn plan(specs: &[WriteSpec], mode: IndexMode) -> Result<WriteLayout> {
             data_length: s.data_length,
             long_dims: s.long,
         });
-        offset = data_offset.checked_add(s.data_length).ok_or_else(overflow)?;
-        tensor_size = tensor_size.checked_add(s.data_length).ok_or_else(overflow)?;
+        offset = data_offset
+            .checked_add(s.data_length)
+            .ok_or_else(overflow)?;
+        tensor_size = tensor_size
+            .checked_add(s.data_length)
+            .ok_or_else(overflow)?;
     }
-    let total_len = offset.checked_add(END_MARKER.len() as u64).ok_or_else(overflow)?;
+    let total_len = offset
+        .checked_add(END_MARKER.len() as u64)
+        .ok_or_else(overflow)?;
     let region_len = usize::try_from(metadata_len).map_err(|_| overflow())?;
     let mut index_region = Vec::with_capacity(region_len);
     for ((spec, s), rec) in specs.iter().zip(&sized).zip(&records) {
@@ -247,7 +285,11 @@ pub fn record_header(spec: &WriteSpec, rec: &RecordLayout, data: &[u8]) -> Vec<u
     h.extend_from_slice(&[HASH_SHA256, 32]);
     let sha_at = h.len();
     h.extend_from_slice(&[0; 32]);
-    h.extend_from_slice(&i64::try_from(rec.data_length).unwrap_or(i64::MAX).to_le_bytes());
+    h.extend_from_slice(
+        &i64::try_from(rec.data_length)
+            .unwrap_or(i64::MAX)
+            .to_le_bytes(),
+    );
     let (crc, sha) = hash::crc32_and_sha256(&h, data);
     if let Some(slot) = h.get_mut(crc_at..crc_at + 4) {
         slot.copy_from_slice(&crc.to_le_bytes());
@@ -295,8 +337,10 @@ pub fn write_all<W: std::io::Write>(
     for ((spec, rec), d) in specs.iter().zip(&layout.records).zip(data) {
         let h = record_header(spec, rec, d);
         if h.len() as u64 != rec.header_len {
-            return Err(Error::invalid("specs do not match the layout they were planned with")
-                .with_tensor(spec.name.display()));
+            return Err(
+                Error::invalid("specs do not match the layout they were planned with")
+                    .with_tensor(spec.name.display()),
+            );
         }
         put(w, &h)?;
         put(w, d)?;

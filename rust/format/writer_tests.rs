@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::error::ErrorKind;
-use crate::format::names::PathPart::{Index as Ix, Key};
+use crate::format::names::PathPart::{self, Index as Ix, Key};
 use crate::format::test_util::*;
 
 fn golden(specs: &[WriteSpec], data: &[Vec<u8>], len: u64, version: u32, sha: &str) -> WriteLayout {
@@ -15,7 +15,10 @@ fn golden(specs: &[WriteSpec], data: &[Vec<u8>], len: u64, version: u32, sha: &s
     read_back(&file, specs, data, &layout);
     // The exact-index variant reads back the same tensors.
     let (small, exact) = write(specs, data, IndexMode::Exact);
-    assert_eq!(exact.total_len + TENSORIZER_INDEX_RESERVE - exact.header.metadata_len, len);
+    assert_eq!(
+        exact.total_len + TENSORIZER_INDEX_RESERVE - exact.header.metadata_len,
+        len
+    );
     read_back(&small, specs, data, &exact);
     layout
 }
@@ -61,14 +64,22 @@ fn six_tensor_state_dict_matches_format_notes() {
         (262_674, 82, 262_756, 0),
     ];
     for (rec, (ho, hl, d, dl)) in layout.records.iter().zip(table) {
-        assert_eq!((rec.header_offset, rec.header_len, rec.data_offset, rec.data_length), (ho, hl, d, dl));
+        assert_eq!(
+            (
+                rec.header_offset,
+                rec.header_len,
+                rec.data_offset,
+                rec.data_length
+            ),
+            (ho, hl, d, dl)
+        );
     }
     assert_eq!(layout.header.tensor_size, 54);
     assert_eq!(&layout.index_region[..11], b"\x03\x00f32\x02\x03<f4\x02");
     // Entries use 263 bytes; the rest of the reserve is zeros.
     assert_eq!(layout.index_region.len(), 262_144);
     assert!(layout.index_region[263..].iter().all(|&b| b == 0));
-    assert_ne!(layout.index_region[262 - 24], 0);
+    assert_ne!(layout.index_region[263 - 24], 0);
 }
 
 #[test]
@@ -79,7 +90,13 @@ fn meta_uint8_fp8_is_version_4() {
         sd("f8", "float8_e4m3fn", &[2]),
     ];
     let data = vec![vec![], vec![1, 2, 3], vec![0x38, 0x40]];
-    golden(&specs, &data, 262_477, 4, "010880d796dd10aa542ab76224f590165c52159a6e22aa58c498ad9fd97d5763");
+    golden(
+        &specs,
+        &data,
+        262_477,
+        4,
+        "010880d796dd10aa542ab76224f590165c52159a6e22aa58c498ad9fd97d5763",
+    );
 }
 
 #[test]
@@ -90,7 +107,13 @@ fn long_meta_tensor_is_version_5_with_tagged_entries() {
         sd("after", "int32", &[1]),
     ];
     let data = vec![f32s(&[1.0]), vec![], 2i32.to_le_bytes().to_vec()];
-    let layout = golden(&specs, &data, 262_469, 5, "b62767c967ff0ebe95b44c9fe2a1eae2282c39464973f7b04f4da136121849c0");
+    let layout = golden(
+        &specs,
+        &data,
+        262_469,
+        5,
+        "b62767c967ff0ebe95b44c9fe2a1eae2282c39464973f7b04f4da136121849c0",
+    );
     assert_eq!(layout.header.flags, 2);
     assert_eq!(&layout.index_region[..4], &[1, 0, 0, 0]);
     assert!(layout.records[1].long_dims && !layout.records[0].long_dims);
@@ -99,9 +122,21 @@ fn long_meta_tensor_is_version_5_with_tagged_entries() {
 #[test]
 fn meta_tensors_bump_version_even_when_empty_or_opaque() {
     let s = [meta(sd("z", "float32", &[0, 4]))];
-    golden(&s, &[vec![]], 262_303, 4, "56401c3b17398969ce0c584ecffcb0b2747e595255748a5abed8668913632a1c");
+    golden(
+        &s,
+        &[vec![]],
+        262_303,
+        4,
+        "56401c3b17398969ce0c584ecffcb0b2747e595255748a5abed8668913632a1c",
+    );
     let s = [meta(sd("z", "bfloat16", &[2]))];
-    golden(&s, &[vec![]], 262_314, 4, "95e3f290af6437a8b80ed9022885afe4464e5679a1c1c6c01361b06a813d7ab6");
+    golden(
+        &s,
+        &[vec![]],
+        262_314,
+        4,
+        "95e3f290af6437a8b80ed9022885afe4464e5679a1c1c6c01361b06a813d7ab6",
+    );
 }
 
 #[test]
@@ -113,10 +148,28 @@ fn nested_paths_and_raw_top_level_keys() {
         path(&[key("é")], "uint16", &[1]),
         path(&[key("q\"\x7f😀")], "float64", &[1]),
     ];
-    let data = vec![vec![1, 0], vec![1, 0], vec![3], vec![4, 0], 5f64.to_le_bytes().to_vec()];
-    golden(&specs, &data, 262_640, 1, "9a34896bfb4fcd0002f296f128aa3b2aeeed68fe4cf00535f2257c69cdd7b0bc");
+    let data = vec![
+        vec![1, 0],
+        vec![1, 0],
+        vec![3],
+        vec![4, 0],
+        5f64.to_le_bytes().to_vec(),
+    ];
+    golden(
+        &specs,
+        &data,
+        262_640,
+        1,
+        "9a34896bfb4fcd0002f296f128aa3b2aeeed68fe4cf00535f2257c69cdd7b0bc",
+    );
     let specs = [path(&[key("n"), key("q\"\\\x7f😀\n\x01é")], "uint8", &[1])];
-    golden(&specs, &[vec![1]], 262_345, 1, "a986d2e7c0b15827700f98f04d441561f65979e7c17bea77345921d403e42ef0");
+    golden(
+        &specs,
+        &[vec![1]],
+        262_345,
+        1,
+        "a986d2e7c0b15827700f98f04d441561f65979e7c17bea77345921d403e42ef0",
+    );
 }
 
 #[test]
@@ -129,8 +182,18 @@ fn write_module_layout() {
     let mut b = sd("lin.bias", "float32", &[3]);
     b.tensor_type = TensorType::Param;
     b.module_idx = 1;
-    let data = vec![vec![1, 0, 1], f32s(&[0., 1., 2., 3., 4., 5.]), f32s(&[-1., 0., 1.])];
-    golden(&[buf, w, b], &data, 262_509, 1, "57940347875df8f1512a2689013e6cde45a422cb7f3be3e5171e4c2532051a96");
+    let data = vec![
+        vec![1, 0, 1],
+        f32s(&[0., 1., 2., 3., 4., 5.]),
+        f32s(&[-1., 0., 1.]),
+    ];
+    golden(
+        &[buf, w, b],
+        &data,
+        262_509,
+        1,
+        "57940347875df8f1512a2689013e6cde45a422cb7f3be3e5171e4c2532051a96",
+    );
 }
 
 #[test]
@@ -142,7 +205,13 @@ fn complex_and_bit_types() {
         sd("i4", "int4", &[1]),
     ];
     let data = vec![vec![0, 0x3c, 0, 0x40], f32s(&[1., 2.]), vec![1, 0], vec![7]];
-    golden(&specs, &data, 262_583, 2, "da5d29f27694d9455659d67d93ba646321eef43f427d3d1c1ed49c29e1ff0149");
+    golden(
+        &specs,
+        &data,
+        262_583,
+        2,
+        "da5d29f27694d9455659d67d93ba646321eef43f427d3d1c1ed49c29e1ff0149",
+    );
 }
 
 fn invalid(specs: &[WriteSpec], mode: IndexMode) -> crate::error::Error {
@@ -153,17 +222,28 @@ fn invalid(specs: &[WriteSpec], mode: IndexMode) -> crate::error::Error {
 
 #[test]
 fn plan_rejects_bad_specs() {
-    assert!(invalid(&[], IndexMode::Exact).message().contains("no tensors"));
+    assert!(invalid(&[], IndexMode::Exact)
+        .message()
+        .contains("no tensors"));
     let long_name = "n".repeat(65_536);
-    assert_eq!(invalid(&[sd(&long_name, "uint8", &[])], IndexMode::Exact).tensor(), Some(long_name.as_str()));
+    assert_eq!(
+        invalid(&[sd(&long_name, "uint8", &[])], IndexMode::Exact).tensor(),
+        Some(long_name.as_str())
+    );
     assert!(plan(&[sd(&long_name[1..], "uint8", &[])], IndexMode::Exact).is_ok());
     let e = invalid(&[sd("d", "uint8", &[1; 256])], IndexMode::Exact);
     assert!(e.message().contains("255") && e.tensor() == Some("d"));
     assert!(plan(&[sd("d", "uint8", &[1; 255])], IndexMode::Exact).is_ok());
     invalid(&[sd("", "uint8", &[])], IndexMode::Exact);
-    invalid(&[sd("a", "uint8", &[]), sd("a", "int8", &[])], IndexMode::Exact);
+    invalid(
+        &[sd("a", "uint8", &[]), sd("a", "int8", &[])],
+        IndexMode::Exact,
+    );
     invalid(&[sd("big", "float64", &[1 << 62])], IndexMode::Exact);
-    invalid(&[sd("big", "float64", &[1 << 32, 1 << 32])], IndexMode::Exact);
+    invalid(
+        &[sd("big", "float64", &[1 << 32, 1 << 32])],
+        IndexMode::Exact,
+    );
     let mut p = path(&[key("a"), Ix(0)], "uint8", &[]);
     p.tensor_type = TensorType::Param;
     invalid(&[p], IndexMode::Exact);
@@ -171,7 +251,9 @@ fn plan_rejects_bad_specs() {
 
 #[test]
 fn tensorizer_index_overflow_suggests_exact_mode() {
-    let specs: Vec<WriteSpec> = (0..6000).map(|i| sd(&format!("layer.{i:05}.weight.name"), "float32", &[4])).collect();
+    let specs: Vec<WriteSpec> = (0..6000)
+        .map(|i| sd(&format!("layer.{i:05}.weight.name"), "float32", &[4]))
+        .collect();
     let e = invalid(&specs, IndexMode::Tensorizer);
     assert!(e.message().contains("exact index mode"), "{e}");
     let layout = plan(&specs, IndexMode::Exact).unwrap();

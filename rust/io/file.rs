@@ -44,7 +44,9 @@ impl FileSource {
         let mut done = 0usize;
         while done < buf.len() {
             match self.file.read_at(&mut buf[done..], offset + done as u64) {
-                Ok(0) => return Err(self.truncated(offset + done as u64, offset + buf.len() as u64)),
+                Ok(0) => {
+                    return Err(self.truncated(offset + done as u64, offset + buf.len() as u64))
+                }
                 Ok(n) => done += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(Error::from_io(e, "read failed").with_uri(&self.uri)),
@@ -60,7 +62,12 @@ impl FileSource {
     }
 
     /// Reads one part: segments into their slots, gap bytes into scratch.
-    fn read_part_blocking(&self, part: &Part, dest: &Destinations, cancel: &CancelToken) -> Result<PartStats> {
+    fn read_part_blocking(
+        &self,
+        part: &Part,
+        dest: &Destinations,
+        cancel: &CancelToken,
+    ) -> Result<PartStats> {
         cancel.check()?;
         let max_gap = part
             .segments
@@ -68,7 +75,8 @@ impl FileSource {
             .map(|w| w[1].offset - w[0].end())
             .max()
             .unwrap_or(0);
-        let mut scratch = vec![0u8; usize::try_from(max_gap).map_err(|_| Error::invalid("gap too large"))?];
+        let mut scratch =
+            vec![0u8; usize::try_from(max_gap).map_err(|_| Error::invalid("gap too large"))?];
         let mut iovecs: Vec<libc::iovec> = Vec::with_capacity(part.segments.len() * 2);
         let mut pos = part.start;
         for seg in &part.segments {
@@ -226,10 +234,25 @@ mod tests {
         let data: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
         let (_f, src) = source_with(&data);
         let wants = vec![
-            Want { offset: 10, len: 100, slot: 0 },
-            Want { offset: 200, len: 3000, slot: 1 },
+            Want {
+                offset: 10,
+                len: 100,
+                slot: 0,
+            },
+            Want {
+                offset: 200,
+                len: 3000,
+                slot: 1,
+            },
         ];
-        let plan = plan_reads(wants, PlanOptions { gap_threshold: 1000, part_size: 1 << 20 }).unwrap();
+        let plan = plan_reads(
+            wants,
+            PlanOptions {
+                gap_threshold: 1000,
+                part_size: 1 << 20,
+            },
+        )
+        .unwrap();
         assert_eq!(plan.parts.len(), 1);
         let mut a = vec![0u8; 100];
         let mut b = vec![0u8; 3000];
@@ -250,8 +273,15 @@ mod tests {
     fn short_file_is_a_format_error_naming_the_range() {
         let (_f, src) = source_with(&[1, 2, 3]);
         let plan = plan_reads(
-            vec![Want { offset: 0, len: 10, slot: 0 }],
-            PlanOptions { gap_threshold: 0, part_size: 64 },
+            vec![Want {
+                offset: 0,
+                len: 10,
+                slot: 0,
+            }],
+            PlanOptions {
+                gap_threshold: 0,
+                part_size: 64,
+            },
         )
         .unwrap();
         let mut a = vec![0u8; 10];
@@ -275,8 +305,15 @@ mod tests {
     fn cancelled_part_reads_nothing() {
         let (_f, src) = source_with(&[9; 64]);
         let plan = plan_reads(
-            vec![Want { offset: 0, len: 64, slot: 0 }],
-            PlanOptions { gap_threshold: 0, part_size: 64 },
+            vec![Want {
+                offset: 0,
+                len: 64,
+                slot: 0,
+            }],
+            PlanOptions {
+                gap_threshold: 0,
+                part_size: 64,
+            },
         )
         .unwrap();
         let mut a = vec![0u8; 64];
@@ -284,7 +321,9 @@ mod tests {
         let dest = unsafe { Destinations::new(vec![(a.as_mut_ptr(), a.len())]) };
         let cancel = CancelToken::new();
         cancel.cancel();
-        let err = src.read_part_blocking(&plan.parts[0], &dest, &cancel).unwrap_err();
+        let err = src
+            .read_part_blocking(&plan.parts[0], &dest, &cancel)
+            .unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Cancelled);
         assert_eq!(a, vec![0u8; 64]);
     }

@@ -3,6 +3,8 @@
 //! destinations". Everything else (format, planning, hashing) is shared.
 
 mod file;
+#[cfg(test)]
+pub(crate) mod mock;
 
 use std::future::Future;
 use std::pin::Pin;

@@ -179,8 +179,16 @@ mod tests {
     #[test]
     fn adjacent_ranges_coalesce_into_one_part() {
         let wants = vec![
-            Want { offset: 100, len: 10, slot: 1 },
-            Want { offset: 90, len: 10, slot: 0 },
+            Want {
+                offset: 100,
+                len: 10,
+                slot: 1,
+            },
+            Want {
+                offset: 90,
+                len: 10,
+                slot: 0,
+            },
         ];
         let plan = plan_reads(wants, opts(0, 1 << 20)).unwrap();
         assert_eq!(plan.parts.len(), 1);
@@ -191,10 +199,24 @@ mod tests {
     #[test]
     fn gap_above_threshold_splits_runs() {
         let wants = vec![
-            Want { offset: 0, len: 10, slot: 0 },
-            Want { offset: 30, len: 10, slot: 1 },
+            Want {
+                offset: 0,
+                len: 10,
+                slot: 0,
+            },
+            Want {
+                offset: 30,
+                len: 10,
+                slot: 1,
+            },
         ];
-        assert_eq!(plan_reads(wants.clone(), opts(19, 100)).unwrap().parts.len(), 2);
+        assert_eq!(
+            plan_reads(wants.clone(), opts(19, 100))
+                .unwrap()
+                .parts
+                .len(),
+            2
+        );
         let plan = plan_reads(wants, opts(20, 100)).unwrap();
         assert_eq!(plan.parts.len(), 1);
         assert_eq!(plan.fetched_bytes(), 40);
@@ -203,7 +225,11 @@ mod tests {
 
     #[test]
     fn large_want_splits_evenly() {
-        let wants = vec![Want { offset: 0, len: 100, slot: 0 }];
+        let wants = vec![Want {
+            offset: 0,
+            len: 100,
+            slot: 0,
+        }];
         let plan = plan_reads(wants, opts(0, 40)).unwrap();
         let lens: Vec<u64> = plan.parts.iter().map(Part::len).collect();
         assert_eq!(lens, vec![34, 34, 32]);
@@ -213,15 +239,31 @@ mod tests {
     #[test]
     fn overlap_is_rejected() {
         let wants = vec![
-            Want { offset: 0, len: 10, slot: 0 },
-            Want { offset: 5, len: 10, slot: 1 },
+            Want {
+                offset: 0,
+                len: 10,
+                slot: 0,
+            },
+            Want {
+                offset: 5,
+                len: 10,
+                slot: 1,
+            },
         ];
         assert!(plan_reads(wants, opts(0, 100)).is_err());
     }
 
     #[test]
     fn empty_wants_give_empty_plan() {
-        let plan = plan_reads(vec![Want { offset: 5, len: 0, slot: 0 }], opts(0, 10)).unwrap();
+        let plan = plan_reads(
+            vec![Want {
+                offset: 5,
+                len: 0,
+                slot: 0,
+            }],
+            opts(0, 10),
+        )
+        .unwrap();
         assert!(plan.parts.is_empty());
     }
 
@@ -231,7 +273,11 @@ mod tests {
             let mut wants = Vec::new();
             for (slot, (gap, len)) in pairs.into_iter().enumerate() {
                 off += gap;
-                wants.push(Want { offset: off, len, slot });
+                wants.push(Want {
+                    offset: off,
+                    len,
+                    slot,
+                });
                 off += len;
             }
             wants.reverse();

@@ -60,7 +60,12 @@ mod tests {
 
     #[test]
     fn slot_ids_round_trip() {
-        for s in [Slot::Header(0), Slot::Data(0), Slot::Header(7), Slot::Data(9)] {
+        for s in [
+            Slot::Header(0),
+            Slot::Data(0),
+            Slot::Header(7),
+            Slot::Data(9),
+        ] {
             assert_eq!(Slot::from_id(s.id()), s);
         }
     }

@@ -16,9 +16,8 @@ impl Held {
     pub fn take(objs: &[Bound<'_, PyAny>], writable: bool) -> Result<Held, Error> {
         let mut buffers = Vec::with_capacity(objs.len());
         for (i, obj) in objs.iter().enumerate() {
-            let buf = PyBuffer::<u8>::get(obj).map_err(|e| {
-                Error::invalid(format!("buffer {i} is not a byte buffer: {e}"))
-            })?;
+            let buf = PyBuffer::<u8>::get(obj)
+                .map_err(|e| Error::invalid(format!("buffer {i} is not a byte buffer: {e}")))?;
             if writable && buf.readonly() {
                 return Err(Error::invalid(format!("buffer {i} is read-only")));
             }

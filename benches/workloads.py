@@ -67,7 +67,9 @@ def model_like_state_dict(target_bytes: int = GiB, seed: int = 0) -> StateDict:
     return sd
 
 
-def uniform_state_dict(count: int = 64, shape: tuple[int, ...] = (2048, 4096), seed: int = 1) -> StateDict:
+def uniform_state_dict(
+    count: int = 64, shape: tuple[int, ...] = (2048, 4096), seed: int = 1
+) -> StateDict:
     """``count`` fp16 tensors of one shape: 64 x (2048, 4096) is 64 x 16 MiB = 1 GiB."""
     gen = torch.Generator().manual_seed(seed)
     return {f"layers.{i}.weight": _randn(shape, gen) for i in range(count)}

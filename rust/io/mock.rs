@@ -1,0 +1,93 @@
+//! An in-memory source for executor tests: serves a byte vector, can fail
+//! chosen parts and records how many parts were in flight at once. Only for
+//! fault injection; real sources are tested against real files and servers.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{BoxFuture, Discovery, PartStats, RangeSource};
+use crate::error::{Error, ErrorKind, Result};
+use crate::exec::{CancelToken, Destinations};
+use crate::plan::{Part, PlanOptions};
+
+#[derive(Default)]
+pub struct MockSource {
+    pub bytes: Vec<u8>,
+    /// Parts whose start offset is listed here fail with a network error.
+    pub fail_at: Vec<u64>,
+    pub delay: Duration,
+    pub in_flight: AtomicUsize,
+    pub max_in_flight: AtomicUsize,
+    pub finished: AtomicUsize,
+}
+
+impl RangeSource for MockSource {
+    fn uri(&self) -> &str {
+        "mock://object"
+    }
+
+    fn discover(&self, len: u64) -> BoxFuture<'_, Result<Discovery>> {
+        Box::pin(async move {
+            let n = (len as usize).min(self.bytes.len());
+            Ok(Discovery {
+                prefix: self.bytes[..n].to_vec(),
+                size: self.bytes.len() as u64,
+            })
+        })
+    }
+
+    fn read_range(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<Vec<u8>>> {
+        Box::pin(async move {
+            let (s, e) = (offset as usize, (offset + len) as usize);
+            self.bytes
+                .get(s..e)
+                .map(<[u8]>::to_vec)
+                .ok_or_else(|| Error::format("short object"))
+        })
+    }
+
+    fn read_part(
+        self: Arc<Self>,
+        part: Part,
+        dest: Arc<Destinations>,
+        cancel: CancelToken,
+    ) -> BoxFuture<'static, Result<PartStats>> {
+        Box::pin(async move {
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(self.delay).await;
+            let out = (|| {
+                cancel.check()?;
+                if self.fail_at.contains(&part.start) {
+                    return Err(Error::new(ErrorKind::Network, "injected failure")
+                        .with_range(part.start..part.end));
+                }
+                for seg in &part.segments {
+                    // SAFETY: each segment of the plan is handed out once.
+                    let dst = unsafe { dest.segment_mut(seg)? };
+                    dst.copy_from_slice(&self.bytes[seg.offset as usize..seg.end() as usize]);
+                }
+                Ok(PartStats {
+                    bytes_fetched: part.len(),
+                    requests: 1,
+                    retries: 0,
+                })
+            })();
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            self.finished.fetch_add(1, Ordering::SeqCst);
+            out
+        })
+    }
+
+    fn plan_options(&self) -> PlanOptions {
+        PlanOptions {
+            gap_threshold: 0,
+            part_size: 1024,
+        }
+    }
+
+    fn default_concurrency(&self) -> usize {
+        4
+    }
+}

@@ -1,0 +1,174 @@
+"""fastshard demo: a ~1 GiB model written by the real tensorizer, loaded three ways.
+
+1. Builds a seeded, Llama-shaped fp16 state dict of about --size-gib GiB.
+2. Writes it with tensorizer's TensorSerializer (model.tensors) and, once, with
+   safetensors' save_file (model.safetensors), into a scratch folder (.bench/demo).
+3. Loads it with fastshard.load_state_dict, with tensorizer's TensorDeserializer(device="cpu")
+   (every tensor materialised) and with safetensors' load_file + clone() of every tensor:
+   one warm-up load each (which checks the data against the source), then --rounds rounds
+   in which the loaders take turns.
+4. Prints GB/s per loader and fastshard's speed relative to each.
+
+Exits non-zero when what fastshard loaded differs from the source in any bit.
+All loads run in this one process; benches/bench_local.py is the careful benchmark
+(a fresh process per load, peak RSS, more cases).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benches"))
+
+from loaders import describe, load_fastshard, load_safetensors, load_tensorizer  # noqa: E402
+from workloads import (  # noqa: E402
+    SCRATCH,
+    GiB,
+    MiB,
+    StateDict,
+    model_like_state_dict,
+    total_bytes,
+    write_safetensors,
+    write_tensorizer,
+)
+
+
+class LocalStore:
+    """Where the demo's files live: a local folder. ``put`` writes, ``uri`` names a file.
+
+    A store backed by a local S3 server will offer the same two methods, so the rest of
+    the demo (loaders take a URI) stays as it is.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def uri(self, name: str) -> str:
+        return str(self.root / name)
+
+    def put(self, name: str, writer: Callable[[StateDict, Path], str], sd: StateDict) -> str:
+        path = self.root / name
+        path.unlink(missing_ok=True)
+        start = time.perf_counter()
+        who = writer(sd, path)
+        secs = time.perf_counter() - start
+        size = path.stat().st_size
+        print(f"  wrote {path} ({size / MiB:,.0f} MiB) with {who} in {secs:.1f} s")
+        return self.uri(name)
+
+
+@dataclass
+class Contender:
+    name: str
+    load: Callable[[str], StateDict]
+    uri: str
+    seconds: list[float]
+    equal: bool | None = None
+
+
+def same(a: StateDict, b: StateDict) -> bool:
+    """Same names, dtypes, shapes and bits."""
+    if a.keys() != b.keys():
+        return False
+    for name, x in a.items():
+        y = b[name]
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        if x.numel() and not torch.equal(
+            x.detach().reshape(-1).view(torch.uint8), y.detach().reshape(-1).view(torch.uint8)
+        ):
+            return False
+    return True
+
+
+def run(contenders: list[Contender], source: StateDict, rounds: int) -> None:
+    for rnd in range(1 + rounds):
+        shift = rnd % len(contenders)
+        for c in contenders[shift:] + contenders[:shift]:
+            gc.collect()
+            start = time.perf_counter()
+            sd = c.load(c.uri)
+            secs = time.perf_counter() - start
+            if rnd == 0:
+                c.equal = same(sd, source)
+                label = "warm-up"
+            else:
+                c.seconds.append(secs)
+                label = f"run {rnd}/{rounds}"
+            gbps = total_bytes(sd) / secs / 1e9
+            print(f"  {label:>9} {c.name:<12} {secs:6.3f} s {gbps:6.2f} GB/s", flush=True)
+            del sd
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--size-gib", type=float, default=1.0, help="model size (default 1 GiB)")
+    p.add_argument("--rounds", type=int, default=3, help="measured rounds after the warm-up")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--scratch", type=Path, default=SCRATCH / "demo")
+    args = p.parse_args(argv)
+
+    import fastshard
+
+    print(f"fastshard {fastshard.__version__}, torch {torch.__version__}")
+    print(f"\nbuilding a ~{args.size_gib:g} GiB Llama-shaped fp16 state dict (seed {args.seed})")
+    start = time.perf_counter()
+    source = model_like_state_dict(int(args.size_gib * GiB), seed=args.seed)
+    model_bytes = total_bytes(source)
+    print(
+        f"  {len(source)} tensors, {model_bytes / GiB:.3f} GiB ({model_bytes / 1e9:.3f} GB) "
+        f"in {time.perf_counter() - start:.1f} s"
+    )
+
+    store = LocalStore(args.scratch)
+    print("\nwriting")
+    tensors_uri = store.put("model.tensors", write_tensorizer, source)
+    safetensors_uri = store.put("model.safetensors", write_safetensors, source)
+
+    contenders = [
+        Contender("fastshard", load_fastshard, tensors_uri, []),
+        Contender("tensorizer", load_tensorizer, tensors_uri, []),
+        Contender("safetensors", load_safetensors, safetensors_uri, []),
+    ]
+    print(f"\nloading: 1 warm-up + {args.rounds} rounds, loaders taking turns")
+    run(contenders, source, args.rounds)
+
+    with fastshard.open(tensors_uri) as f:
+        f.load_state_dict()
+        stats = f.stats
+    print(f"\nfastshard LoadStats of one more load: {stats}")
+
+    fs = statistics.median(contenders[0].seconds)
+    print(f"\n### {model_bytes / 1e9:.2f} GB model written by tensorizer, local file, warm cache\n")
+    print("| loader | file | median s | GB/s | fastshard speed-up | data equal to source |")
+    print("|---|---|---:|---:|---:|---|")
+    for c in contenders:
+        med = statistics.median(c.seconds)
+        gbps = model_bytes / med / 1e9
+        print(
+            f"| {describe(c.name)} | {Path(c.uri).name} | {med:.3f} | {gbps:.2f} "
+            f"| {med / fs:.2f}x | {'yes' if c.equal else 'NO'} |"
+        )
+    print("\nGB/s = 10^9 bytes/s; speed-up = loader's median time / fastshard's.")
+    if not contenders[0].equal:
+        print("error: fastshard's state dict differs from the source", file=sys.stderr)
+        return 1
+    print("fastshard's state dict equals the source, bit for bit.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

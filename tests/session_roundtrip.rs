@@ -1,0 +1,188 @@
+//! End to end through the public Rust API: write a file, open it, load
+//! selected tensors into caller memory, and see bad files fail typed.
+
+use fastshard::exec::CancelToken;
+use fastshard::format::names::TensorName;
+use fastshard::format::writer::{IndexMode, WriteSpec};
+use fastshard::format::{Dtype, TensorType};
+use fastshard::session::{LoadOptions, TensorFile};
+use fastshard::ErrorKind;
+
+fn spec(name: &str, dtype: &str, shape: &[u64]) -> WriteSpec {
+    WriteSpec {
+        name: TensorName::Plain(name.to_string()),
+        tensor_type: TensorType::StateDict,
+        module_idx: 0,
+        dtype: Dtype::from_torch(dtype).unwrap(),
+        shape: shape.to_vec(),
+        is_meta: false,
+    }
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    path: String,
+    data: Vec<Vec<u8>>,
+}
+
+fn write_fixture(mode: IndexMode) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.tensors").to_str().unwrap().to_string();
+    let specs = vec![
+        spec("a", "float32", &[3, 5]),
+        spec("b", "bfloat16", &[1000]),
+        spec("empty", "int64", &[0, 2]),
+        spec("big", "uint8", &[3 << 20]),
+    ];
+    let data: Vec<Vec<u8>> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let n = s.shape.iter().product::<u64>() as usize * s.dtype.itemsize();
+            (0..n).map(|j| (j * 31 + i * 7) as u8).collect()
+        })
+        .collect();
+    let slices: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    fastshard::save::write_file(&path, &specs, &slices, mode).unwrap();
+    Fixture {
+        _dir: dir,
+        path,
+        data,
+    }
+}
+
+fn load(
+    file: &TensorFile,
+    selection: &[usize],
+    opts: &LoadOptions,
+) -> fastshard::Result<Vec<Vec<u8>>> {
+    let mut out: Vec<Vec<u8>> = selection
+        .iter()
+        .map(|&i| vec![0xAA; file.index().entries[i].expected_nbytes().unwrap() as usize])
+        .collect();
+    let regions: Vec<(*mut u8, usize)> =
+        out.iter_mut().map(|v| (v.as_mut_ptr(), v.len())).collect();
+    // SAFETY: `out` owns the regions, outlives the call and is untouched meanwhile.
+    unsafe { file.load_into(selection, &regions, opts, &CancelToken::new()) }?;
+    Ok(out)
+}
+
+#[test]
+fn whole_file_loads_bit_exact_with_small_parts() {
+    for mode in [IndexMode::Tensorizer, IndexMode::Exact] {
+        let fx = write_fixture(mode);
+        let file = TensorFile::open(&fx.path).unwrap();
+        let opts = LoadOptions {
+            verify_hash: true,
+            concurrency: Some(3),
+            part_size: Some(64 * 1024),
+        };
+        let got = load(&file, &[0, 1, 2, 3], &opts).unwrap();
+        assert_eq!(got, fx.data);
+    }
+}
+
+#[test]
+fn subset_fetches_only_its_records() {
+    let fx = write_fixture(IndexMode::Exact);
+    let file = TensorFile::open(&fx.path).unwrap();
+    let mut out = vec![0u8; 2000];
+    let regions = [(out.as_mut_ptr(), out.len())];
+    // SAFETY: `out` outlives the call and is untouched meanwhile.
+    let stats =
+        unsafe { file.load_into(&[1], &regions, &LoadOptions::default(), &CancelToken::new()) }
+            .unwrap();
+    assert_eq!(out, fx.data[1]);
+    let e = &file.index().entries[1];
+    assert_eq!(
+        stats.bytes_fetched,
+        e.data_offset + e.data_length - e.header_offset
+    );
+}
+
+#[test]
+fn corrupt_data_is_caught_by_hashes_only_when_asked() {
+    let fx = write_fixture(IndexMode::Tensorizer);
+    let file = TensorFile::open(&fx.path).unwrap();
+    let off = file.index().entries[3].data_offset + 12345;
+    let mut bytes = std::fs::read(&fx.path).unwrap();
+    bytes[off as usize] ^= 0x40;
+    std::fs::write(&fx.path, &bytes).unwrap();
+    let file = TensorFile::open(&fx.path).unwrap();
+    assert!(load(&file, &[3], &LoadOptions::default()).is_ok());
+    let err = load(
+        &file,
+        &[3],
+        &LoadOptions {
+            verify_hash: true,
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Integrity);
+    assert_eq!(err.tensor(), Some("big"));
+    assert_eq!(err.uri(), Some(fx.path.as_str()));
+}
+
+#[test]
+fn truncated_data_is_a_format_error_with_range() {
+    let fx = write_fixture(IndexMode::Tensorizer);
+    let bytes = std::fs::read(&fx.path).unwrap();
+    std::fs::write(&fx.path, &bytes[..bytes.len() - 1000]).unwrap();
+    let err = TensorFile::open(&fx.path).err().unwrap();
+    assert_eq!(err.kind(), ErrorKind::Format);
+    assert!(err.range().is_some(), "{err}");
+}
+
+#[test]
+fn record_that_disagrees_with_index_is_rejected() {
+    let fx = write_fixture(IndexMode::Tensorizer);
+    let file = TensorFile::open(&fx.path).unwrap();
+    // Flip the first dim of tensor "a" in its record header only.
+    let e = &file.index().entries[0];
+    let dims_at = e.header_offset + 8 + 2 + 1 + 2 + 1 + 1 + 3 + 1;
+    let mut bytes = std::fs::read(&fx.path).unwrap();
+    bytes[dims_at as usize] ^= 1;
+    std::fs::write(&fx.path, &bytes).unwrap();
+    let file = TensorFile::open(&fx.path).unwrap();
+    let err = load(&file, &[0], &LoadOptions::default()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Format);
+    assert_eq!(err.tensor(), Some("a"));
+}
+
+#[test]
+fn wrong_buffer_size_is_rejected_before_reading() {
+    let fx = write_fixture(IndexMode::Tensorizer);
+    let file = TensorFile::open(&fx.path).unwrap();
+    let mut out = vec![0u8; 7];
+    let regions = [(out.as_mut_ptr(), out.len())];
+    // SAFETY: `out` outlives the call and is untouched meanwhile.
+    let err =
+        unsafe { file.load_into(&[0], &regions, &LoadOptions::default(), &CancelToken::new()) }
+            .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(out, vec![0u8; 7]);
+}
+
+#[test]
+fn cancelled_load_returns_cancelled() {
+    let fx = write_fixture(IndexMode::Tensorizer);
+    let file = TensorFile::open(&fx.path).unwrap();
+    let mut out = vec![0u8; 3 << 20];
+    let regions = [(out.as_mut_ptr(), out.len())];
+    let cancel = CancelToken::new();
+    cancel.cancel();
+    // SAFETY: `out` outlives the call and is untouched meanwhile.
+    let err =
+        unsafe { file.load_into(&[3], &regions, &LoadOptions::default(), &cancel) }.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Cancelled);
+}
+
+#[test]
+fn missing_file_is_not_found_with_uri() {
+    let err = TensorFile::open("/definitely/not/here.tensors")
+        .err()
+        .unwrap();
+    assert_eq!(err.kind(), ErrorKind::NotFound);
+    assert_eq!(err.uri(), Some("/definitely/not/here.tensors"));
+}
