@@ -22,16 +22,14 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from loaders import LOADERS, describe, versions  # noqa: E402
+from loaders import LOADERS, describe, run_child, versions  # noqa: E402
 from workloads import (  # noqa: E402
     SCRATCH,
     GiB,
@@ -50,26 +48,6 @@ CASES = {
 TARGET_VS_TENSORIZER = 1.5  # on the 1 GiB case
 TARGET_VS_SAFETENSORS = 1.0  # on the 1 GiB case
 TARGET_RSS_SLACK = 256 * MiB  # load's peak RSS growth <= model bytes + this
-
-
-def run_child(loader: str, path: str, want_digest: bool) -> dict:
-    """One load in a fresh interpreter; returns the child's JSON plus its rusage peak."""
-    cmd = [sys.executable, str(HERE / "loaders.py"), "--loader", loader, "--path", path]
-    if want_digest:
-        cmd.append("--digest")
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)
-        assert proc.stdout is not None
-        out = proc.stdout.read()
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
-            err.seek(0)
-            tail = err.read().decode(errors="replace")[-3000:]
-            raise RuntimeError(f"{loader} on {path} exited {proc.returncode}:\n{tail}")
-    result = json.loads(out.decode().strip().splitlines()[-1])
-    result["process_max_rss"] = usage.ru_maxrss * 1024  # whole process, imports included
-    return result
 
 
 def prepare(case: str, folder: Path, formats: list[str]) -> dict:
@@ -189,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--cases", default="large,small", help="comma-separated: large,small")
     p.add_argument("--loaders", default=",".join(LOADERS), help="comma-separated loader names")
-    p.add_argument("--runs", type=int, default=3, help="measured rounds after the warm-up (>= 3)")
+    p.add_argument("--runs", type=int, default=5, help="measured rounds after the warm-up")
     p.add_argument("--scratch", type=Path, default=SCRATCH / "local", help="where files go")
     p.add_argument("--out", type=Path, default=SCRATCH / "results-local.json")
     p.add_argument("--keep-files", action="store_true", help="keep the written files afterwards")

@@ -16,6 +16,7 @@ import argparse
 import gc
 import json
 import resource
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -105,8 +106,10 @@ def _reset_peak_rss() -> bool:
 
 
 def measure(loader: str, path: str, want_digest: bool) -> dict:
+    """Time one load in this process; report RSS (bytes) around it."""
     fn, _ = LOADERS[loader]
     gc.collect()
+    hwm_before = _status_kib("VmHWM")  # this process's peak so far (the imports)
     rss_before = _status_kib("VmRSS")
     peak_reset = _reset_peak_rss()
     start = time.perf_counter()
@@ -124,12 +127,26 @@ def measure(loader: str, path: str, want_digest: bool) -> dict:
         "rss_before": (rss_before or 0) * 1024,
         "peak_rss": peak * 1024,
         "peak_is_load_only": peak_reset,
+        # Not wait4()'s ru_maxrss: after a vfork+exec, Linux folds the parent's
+        # high-water mark into the child's.
+        "process_max_rss": max(peak, hwm_before or 0) * 1024,
     }
     if want_digest:
         from workloads import digest  # benches/ is sys.path[0] when run as a script
 
         result["digest"] = digest(sd)
     return result
+
+
+def run_child(loader: str, path: str, want_digest: bool = False) -> dict:
+    """Run ``measure`` in a fresh interpreter (this file as a script); return its result."""
+    cmd = [sys.executable, __file__, "--loader", loader, "--path", path]
+    if want_digest:
+        cmd.append("--digest")
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{loader} on {path} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> int:

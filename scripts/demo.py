@@ -4,14 +4,14 @@
 2. Writes it with tensorizer's TensorSerializer (model.tensors) and, once, with
    safetensors' save_file (model.safetensors), into a scratch folder (.bench/demo).
 3. Loads it with fastshard.load_state_dict, with tensorizer's TensorDeserializer(device="cpu")
-   (every tensor materialised) and with safetensors' load_file + clone() of every tensor:
-   one warm-up load each (which checks the data against the source), then --rounds rounds
-   in which the loaders take turns.
+   (every tensor materialised) and with safetensors' load_file + clone() of every tensor,
+   each load in a fresh Python process (as a model is loaded in real life): one warm-up load
+   per loader, which also checks what it returned against the source bit for bit, then
+   --rounds rounds in which the loaders take turns.
 4. Prints GB/s per loader and fastshard's speed relative to each.
 
 Exits non-zero when what fastshard loaded differs from the source in any bit.
-All loads run in this one process; benches/bench_local.py is the careful benchmark
-(a fresh process per load, peak RSS, more cases).
+benches/bench_local.py is the fuller benchmark (more cases and loaders, memory targets).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -30,12 +30,13 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benches"))
 
-from loaders import describe, load_fastshard, load_safetensors, load_tensorizer  # noqa: E402
+from loaders import describe, run_child  # noqa: E402
 from workloads import (  # noqa: E402
     SCRATCH,
     GiB,
     MiB,
     StateDict,
+    digest,
     model_like_state_dict,
     total_bytes,
     write_safetensors,
@@ -70,45 +71,25 @@ class LocalStore:
 
 @dataclass
 class Contender:
-    name: str
-    load: Callable[[str], StateDict]
+    name: str  # a loader in benches/loaders.py
     uri: str
-    seconds: list[float]
+    runs: list[dict] = field(default_factory=list)
     equal: bool | None = None
 
 
-def same(a: StateDict, b: StateDict) -> bool:
-    """Same names, dtypes, shapes and bits."""
-    if a.keys() != b.keys():
-        return False
-    for name, x in a.items():
-        y = b[name]
-        if x.dtype != y.dtype or x.shape != y.shape:
-            return False
-        if x.numel() and not torch.equal(
-            x.detach().reshape(-1).view(torch.uint8), y.detach().reshape(-1).view(torch.uint8)
-        ):
-            return False
-    return True
-
-
-def run(contenders: list[Contender], source: StateDict, rounds: int) -> None:
+def run(contenders: list[Contender], source_digest: str, rounds: int) -> None:
     for rnd in range(1 + rounds):
         shift = rnd % len(contenders)
         for c in contenders[shift:] + contenders[:shift]:
-            gc.collect()
-            start = time.perf_counter()
-            sd = c.load(c.uri)
-            secs = time.perf_counter() - start
+            res = run_child(c.name, c.uri, want_digest=rnd == 0)
             if rnd == 0:
-                c.equal = same(sd, source)
+                c.equal = res["digest"] == source_digest
                 label = "warm-up"
             else:
-                c.seconds.append(secs)
+                c.runs.append(res)
                 label = f"run {rnd}/{rounds}"
-            gbps = total_bytes(sd) / secs / 1e9
-            print(f"  {label:>9} {c.name:<12} {secs:6.3f} s {gbps:6.2f} GB/s", flush=True)
-            del sd
+            gbps = res["bytes"] / res["seconds"] / 1e9
+            print(f"  {label:>9} {c.name:<12} {res['seconds']:6.3f} s {gbps:6.2f} GB/s", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,31 +119,49 @@ def main(argv: list[str] | None = None) -> int:
     tensors_uri = store.put("model.tensors", write_tensorizer, source)
     safetensors_uri = store.put("model.safetensors", write_safetensors, source)
 
+    source_digest = digest(source)
+    del source
+    gc.collect()
+
     contenders = [
-        Contender("fastshard", load_fastshard, tensors_uri, []),
-        Contender("tensorizer", load_tensorizer, tensors_uri, []),
-        Contender("safetensors", load_safetensors, safetensors_uri, []),
+        Contender("fastshard", tensors_uri),
+        Contender("tensorizer", tensors_uri),
+        Contender("safetensors", safetensors_uri),
     ]
-    print(f"\nloading: 1 warm-up + {args.rounds} rounds, loaders taking turns")
-    run(contenders, source, args.rounds)
+    print(f"\nloading: each load in a fresh process; 1 warm-up + {args.rounds} rounds")
+    run(contenders, source_digest, args.rounds)
 
     with fastshard.open(tensors_uri) as f:
         f.load_state_dict()
-        stats = f.stats
-    print(f"\nfastshard LoadStats of one more load: {stats}")
+        st = f.stats
+    print(
+        f"\nfastshard.open(...).stats after one more load in this process: "
+        f"{st.bytes_fetched:,} bytes in {st.requests} reads, concurrency {st.concurrency}, "
+        f"{st.seconds:.3f} s, {st.gbps:.2f} GB/s"
+    )
 
-    fs = statistics.median(contenders[0].seconds)
+    def median(c: Contender, key: str) -> float:
+        return statistics.median(r[key] for r in c.runs)
+
+    fs = median(contenders[0], "seconds")
     print(f"\n### {model_bytes / 1e9:.2f} GB model written by tensorizer, local file, warm cache\n")
-    print("| loader | file | median s | GB/s | fastshard speed-up | data equal to source |")
-    print("|---|---|---:|---:|---:|---|")
+    print(
+        "| loader | file | median s | GB/s | fastshard speed-up | peak RSS growth (MiB) "
+        "| data equal to source |"
+    )
+    print("|---|---|---:|---:|---:|---:|---|")
     for c in contenders:
-        med = statistics.median(c.seconds)
+        med = median(c, "seconds")
         gbps = model_bytes / med / 1e9
+        growth = max(r["peak_rss"] - r["rss_before"] for r in c.runs)
         print(
             f"| {describe(c.name)} | {Path(c.uri).name} | {med:.3f} | {gbps:.2f} "
-            f"| {med / fs:.2f}x | {'yes' if c.equal else 'NO'} |"
+            f"| {med / fs:.2f}x | {growth / MiB:,.0f} | {'yes' if c.equal else 'NO'} |"
         )
-    print("\nGB/s = 10^9 bytes/s; speed-up = loader's median time / fastshard's.")
+    print(
+        "\nGB/s = 10^9 bytes/s; speed-up = the loader's median time / fastshard's; peak RSS "
+        "growth = the loading process's peak RSS during the load minus its RSS before."
+    )
     if not contenders[0].equal:
         print("error: fastshard's state dict differs from the source", file=sys.stderr)
         return 1

@@ -127,6 +127,18 @@ def test_devices_and_ranks(mixed):
         fastshard.load_state_dict(path, device="not-a-device")
 
 
+def test_cuda_device(mixed):
+    sd, path = mixed
+    if torch.cuda.is_available():
+        out = fastshard.load_state_dict(path, device="cuda")
+        assert out["c64"].device.type == "cuda"
+        assert_bit_equal(out["c64"], sd["c64"])
+        assert_bit_equal(out["bf"], sd["bf"])
+    else:
+        with pytest.raises(fastshard.InvalidArgumentError, match="CUDA"):
+            fastshard.load_state_dict(path, device="cuda")
+
+
 def test_options(mixed):
     _, path = mixed
     out = fastshard.load_state_dict(path, concurrency=2, part_size_bytes=1 << 20, verify_hash=True)
@@ -176,6 +188,27 @@ def test_load_non_strict_and_non_persistent_absent(tz_write):
     fastshard.load(dst, partial, strict=False)
     assert_bit_equal(dst.lin.weight, src.lin.weight)
     assert torch.equal(dst.lin.bias, bias)
+
+
+class _Shared(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(2, 2)
+        self.b = self.a  # one submodule under two names
+        self.c = torch.nn.Linear(2, 1)
+
+
+def test_load_shared_submodule(tz_write):
+    src = _Shared()
+    path = tz_write(src)  # write_module stores "a.*" only: named_modules() dedups
+    with fastshard.open(path) as f:
+        assert f.keys() == ["a.weight", "a.bias", "c.weight", "c.bias"]
+    with torch.device("meta"):
+        dst = _Shared()
+    fastshard.load(dst, path)  # strict: "b.*" are filled through "a.*"
+    assert dst.b is dst.a and not dst.b.weight.is_meta
+    assert_bit_equal(dst.b.weight, src.a.weight)
+    assert_bit_equal(dst.c.bias, src.c.bias)
 
 
 def test_load_from_state_dict_file(tz_write):

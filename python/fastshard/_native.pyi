@@ -6,21 +6,20 @@ saves), so no tensor data is copied through Python objects.
 """
 
 from collections.abc import Sequence
-from typing import Optional, Union
 
 from typing_extensions import Buffer
 
-PathPart = Union[str, int]
+PathPart = str | int
 
 # (name, path, tensor_type, dtype, shape, header_offset, data_offset, data_length)
 #   name: display name (plain name, or path components joined with ".")
 #   path: None for plain names, else the components of a 0x1E JSON path name
 #   tensor_type: 0 = param, 1 = buffer, 2 = state dict entry
 #   dtype: torch dtype name without the "torch." prefix, e.g. "bfloat16"
-EntryTuple = tuple[str, Optional[list[PathPart]], int, str, list[int], int, int, int]
+EntryTuple = tuple[str, list[PathPart] | None, int, str, list[int], int, int, int]
 
 # (name_or_path, tensor_type, module_idx, dtype, shape, is_meta)
-SpecTuple = tuple[Union[str, Sequence[PathPart]], int, int, str, Sequence[int], bool]
+SpecTuple = tuple[str | Sequence[PathPart], int, int, str, Sequence[int], bool]
 
 class Reader:
     """An opened tensorizer file: header and index fetched and validated."""
@@ -37,8 +36,8 @@ class Reader:
         buffers: Sequence[Buffer],
         *,
         verify_hash: bool = False,
-        concurrency: Optional[int] = None,
-        part_size_bytes: Optional[int] = None,
+        concurrency: int | None = None,
+        part_size_bytes: int | None = None,
     ) -> dict[str, float]:
         """Fill ``buffers[i]`` with the bytes of tensor ``indices[i]``.
 

@@ -102,6 +102,10 @@ def as_device(device: DeviceLike | None) -> torch.device:
     if device is None:
         return torch.device("cpu")
     try:
-        return torch.device(device)
+        dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise InvalidArgumentError(f"invalid device {device!r}: {exc}") from None
+    # Fail before reading gigabytes, not at the first .to(device).
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InvalidArgumentError(f"device {device!r} requested but CUDA is not available")
+    return dev

@@ -58,7 +58,7 @@ class InvalidArgumentError(FastshardError, ValueError):
     """An option, buffer or name the caller passed cannot be used."""
 
 
-class UnsupportedError(FastshardError):
+class UnsupportedError(FormatError):
     """A feature of the file that this build cannot handle."""
 
 

@@ -82,7 +82,14 @@ def _listing(label: str, names: list[str]) -> str:
 def _check(
     f: TensorFile, targets: dict[str, _Target], in_file: dict[str, int], strict: bool
 ) -> None:
-    missing = [n for n, t in targets.items() if t.required and n not in in_file]
+    # A shared submodule is stored once by write_module (named_modules()
+    # dedups), so a name whose tensor is filled under another name is fine.
+    filled = {id(t.tensor) for n, t in targets.items() if n in in_file}
+    missing = [
+        n
+        for n, t in targets.items()
+        if t.required and n not in in_file and id(t.tensor) not in filled
+    ]
     unexpected = [n for n in in_file if n not in targets]
     mismatched = [
         f"{n} (model {tuple(t.tensor.shape)}, file {f.info_at(in_file[n]).shape})"

@@ -260,11 +260,12 @@ class TensorFile:
         tensors = [_torch.empty(self._infos[i].shape, self._infos[i].dtype) for i in indices]
         stats = self.fill(indices, tensors)
         out: list[torch.Tensor] = []
-        for i, t in enumerate(tensors):
+        tensors.reverse()
+        while tensors:  # pop, so each loaded tensor is freed once cast or moved
+            t = tensors.pop()
             if cast is not None and _torch.is_castable_float(t.dtype) and t.dtype != cast:
                 t = t.to(cast)
             out.append(_torch.to_device(t, target))
-            tensors[i] = t  # drop the uncast tensor early
         result = self._build(indices, out)
         self.finish_stats(stats, started)
         return result

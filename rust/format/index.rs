@@ -137,7 +137,7 @@ impl Index {
         }
         // Bounded by metadata_len / 29, itself bounded by buf.len().
         let count = usize::try_from(header.tensor_count).unwrap_or(0);
-        let mut entries = Vec::with_capacity(count);
+        let mut entries: Vec<TensorEntry> = Vec::with_capacity(count);
         let mut c = Cursor::new(region, PREAMBLE_LEN as u64).with_what("index");
         let mut prev_end = index_end;
         let mut seen: HashMap<String, usize> = HashMap::with_capacity(count);
@@ -149,7 +149,6 @@ impl Index {
             let ctx = |e: Error| e.with_tensor(shown.clone()).with_range(range.clone());
             validate(&entry, dtype_len, &header, index_end, prev_end, file_size).map_err(ctx)?;
             if let Some(other) = seen.get(&shown).and_then(|&i| entries.get(i)) {
-                let other: &TensorEntry = other;
                 return Err(ctx(Error::format(if other.raw_name == entry.raw_name {
                     "duplicate tensor name in index".to_string()
                 } else {
@@ -220,13 +219,13 @@ fn parse_entry(c: &mut Cursor<'_>, versioned: bool) -> Result<(TensorEntry, u8)>
     let type_byte = c.u8().map_err(ctx)?;
     let tensor_type = TensorType::from_u8(type_byte).ok_or_else(|| {
         ctx(Error::format(format!("unknown tensor type {type_byte}"))
-            .with_range(type_at..type_at + 1))
+            .with_range(type_at..type_at.saturating_add(1)))
     })?;
     let dtype_len = c.u8().map_err(ctx)?;
     let dtype_at = c.abs();
     let dtype_raw = c.bytes(usize::from(dtype_len)).map_err(ctx)?;
-    let dtype = Dtype::from_tensorizer(dtype_raw)
-        .map_err(|e| ctx(e.with_range(dtype_at..dtype_at + u64::from(dtype_len))))?;
+    let dtype =
+        Dtype::from_tensorizer(dtype_raw).map_err(|e| ctx(e.with_range(dtype_at..c.abs())))?;
     let ndim = c.u8().map_err(ctx)?;
     let mut shape = Vec::with_capacity(usize::from(ndim));
     for _ in 0..ndim {

@@ -23,8 +23,9 @@ mod test_util;
 pub use dtype::Dtype;
 pub use header::{FileHeader, PREAMBLE_LEN};
 pub use index::{Index, TensorEntry};
-pub use names::TensorName;
-pub use record::RecordHeader;
+pub use names::{PathPart, TensorName};
+pub use record::{HashValue, RecordHeader};
+pub use writer::{IndexMode, WriteSpec};
 
 /// Byte length reserved for the index by tensorizer 2.x's writer.
 pub const TENSORIZER_INDEX_RESERVE: u64 = 262_144;

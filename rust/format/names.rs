@@ -112,7 +112,8 @@ impl TensorName {
         match self {
             TensorName::Plain(s) => s.as_bytes().to_vec(),
             TensorName::Path(parts) => {
-                let mut out = String::with_capacity(2 + parts.len() * 8);
+                let mut out =
+                    String::with_capacity(parts.len().saturating_mul(8).saturating_add(2));
                 out.push('\u{1e}');
                 out.push('[');
                 for (i, part) in parts.iter().enumerate() {
