@@ -34,6 +34,8 @@ PYO3_ENV = PYO3_PYTHON=$(PY) PYO3_BUILD_EXTENSION_MODULE=1 \
 BENCH_ARGS ?=
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
+# Seconds one test may take before pytest-timeout fails it (a hang must not stall CI).
+PYTEST_TIMEOUT ?= 900
 
 .PHONY: help setup develop develop-release test test-rust test-py lint fmt-check clippy ruff \
 	fmt bench demo clean distclean
@@ -59,8 +61,8 @@ test-rust: develop ## cargo test: the core without Python, then with the "python
 	@$(TIMED) cargo-test-core $(CARGO) test --no-default-features
 	@$(TIMED) cargo-test-python-feature env $(PYO3_ENV) $(CARGO) test
 
-test-py: develop ## pytest -q (exit 5, "no tests ran", is a failure)
-	@$(TIMED) pytest $(PY) -m pytest -q $(PYTEST_ARGS) || { rc=$$?; \
+test-py: develop ## pytest -q, each test limited to PYTEST_TIMEOUT s (exit 5, "no tests ran", fails)
+	@$(TIMED) pytest $(PY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS) || { rc=$$?; \
 		if [[ $$rc == 5 ]]; then echo "error: pytest ran no tests (exit 5)" >&2; fi; exit $$rc; }
 
 lint: fmt-check ruff clippy ## rustfmt --check, ruff check + format --check, clippy -D warnings

@@ -72,7 +72,7 @@ have="$(cat "$STAMP" 2>/dev/null || true)"
 if [[ "$want" == "$have" ]]; then
   say "requirements-dev.txt: unchanged since the last install, skipping pip"
 else
-  say "requirements-dev.txt: installing (torch is large: the first install takes minutes)"
+  say "requirements-dev.txt: installing (into a new venv this downloads torch, ~2.7 GB: minutes)"
   start=$SECONDS
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQS"
   echo "$want" >"$STAMP"

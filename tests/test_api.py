@@ -6,10 +6,11 @@ import struct
 import subprocess
 import sys
 
-import fastshard
 import pytest
 import torch
 from conftest import assert_bit_equal, random_tensor, small_net, tensorizer_read
+
+import fastshard
 
 
 @pytest.fixture

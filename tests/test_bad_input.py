@@ -7,10 +7,11 @@ import re
 import shutil
 import struct
 
-import fastshard
 import pytest
 import torch
 from conftest import layout, patch, random_tensor, small_net
+
+import fastshard
 
 SD = {
     "first": random_tensor(torch.float32, (4, 4), 1),

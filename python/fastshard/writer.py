@@ -87,6 +87,11 @@ def save(
     buffers: list[np.ndarray] = []
     owners: list[torch.Tensor] = []  # keep contiguous copies alive during the write
     for name, ttype, idx, tensor in entries:
+        if tensor.is_meta and tensor.dim() == 0:
+            # tensorizer 2.12.1 cannot read a 0-dim meta record (it sizes it
+            # with numpy.prod(()) == 1.0, a float); a real zero scalar loads
+            # the same everywhere.
+            tensor = torch.zeros((), dtype=tensor.dtype)
         data, owner = _torch.readable_bytes(tensor)
         specs.append(
             (name, ttype, idx, _torch.dtype_name(tensor.dtype), list(tensor.shape), tensor.is_meta)
