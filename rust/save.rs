@@ -1,19 +1,28 @@
-//! Writing a tensorizer file to a local path: hashes are computed on all
-//! cores (they need the data, and dominate the cost), then records are
-//! written in order through one large buffered writer.
+//! Writing a tensorizer file: hashes are computed on all cores (they need
+//! the data, and dominate the cost), then records are written in order
+//! through one large buffered writer or a streamed multipart upload.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::format::writer::{self, IndexMode, WriteSpec};
+use crate::io::SourceOptions;
 
 const WRITE_BUFFER: usize = 8 * 1024 * 1024;
 
-/// Writes `specs` with tensor bytes `data` to `path`; returns the file size.
-/// The file appears under its name only when complete (written to a
-/// temporary sibling, then renamed), so readers never see half a file.
-pub fn write_file(path: &str, specs: &[WriteSpec], data: &[&[u8]], mode: IndexMode) -> Result<u64> {
+/// Writes `specs` with tensor bytes `data` to `uri` (a local path, or
+/// `s3://bucket/key` streamed as a multipart upload); returns the size.
+/// The object appears under its name only when complete: a local file is
+/// written to a temporary sibling and renamed, an upload is completed last
+/// (and aborted on failure), so readers never see half a file.
+pub fn write_file(
+    uri: &str,
+    specs: &[WriteSpec],
+    data: &[&[u8]],
+    mode: IndexMode,
+    opts: &SourceOptions,
+) -> Result<u64> {
     if specs.len() != data.len() {
         return Err(Error::invalid(format!(
             "{} tensors described but {} buffers given",
@@ -33,29 +42,57 @@ pub fn write_file(path: &str, specs: &[WriteSpec], data: &[&[u8]], mode: IndexMo
         }
     }
     let headers = record_headers_parallel(specs, &layout.records, data);
-
+    if uri.starts_with("s3://") {
+        let mut w = crate::io::s3::upload_writer(uri, &opts.s3)?;
+        emit(&mut w, &layout, &headers, data).map_err(|e| e.with_uri(uri))?;
+        w.finish()?;
+        return Ok(layout.total_len);
+    }
+    if uri.contains("://") && !uri.starts_with("file://") {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            "fastshard can save to local paths and s3:// only",
+        )
+        .with_uri(crate::io::http::redact(uri)));
+    }
+    let path = uri.strip_prefix("file://").unwrap_or(uri);
     let tmp = format!("{path}.fastshard-partial");
-    let io_err = |e: std::io::Error| Error::from_io(e, "write failed").with_uri(path);
+    let io_err = |e: std::io::Error| Error::from_io(e, "write failed").with_uri(uri);
     let file = File::create(&tmp).map_err(io_err)?;
     let mut w = BufWriter::with_capacity(WRITE_BUFFER, file);
-    let result = (|| -> Result<()> {
-        w.write_all(&layout.header.encode()).map_err(io_err)?;
-        w.write_all(&layout.index_region).map_err(io_err)?;
-        for (h, bytes) in headers.iter().zip(data) {
-            w.write_all(h).map_err(io_err)?;
-            w.write_all(bytes).map_err(io_err)?;
-        }
-        w.write_all(&0u64.to_le_bytes()).map_err(io_err)?;
+    let result = emit(&mut w, &layout, &headers, data).and_then(|()| {
         let file = w.into_inner().map_err(|e| io_err(e.into_error()))?;
-        file.sync_data().map_err(io_err)?;
-        Ok(())
-    })();
+        file.sync_data().map_err(io_err)
+    });
     if let Err(e) = result {
         let _ = std::fs::remove_file(&tmp);
-        return Err(e);
+        return Err(e.with_uri(uri));
     }
     std::fs::rename(&tmp, path).map_err(io_err)?;
     Ok(layout.total_len)
+}
+
+/// The file's bytes in order: header, index, records, end marker.
+fn emit<W: Write>(
+    w: &mut W,
+    layout: &writer::WriteLayout,
+    headers: &[Vec<u8>],
+    data: &[&[u8]],
+) -> Result<()> {
+    let io_err = |e: std::io::Error| match e.into_inner().map(|inner| inner.downcast::<Error>()) {
+        // Our own writers wrap typed errors (auth, not found) in io::Error.
+        Some(Ok(typed)) => *typed,
+        Some(Err(other)) => Error::new(ErrorKind::Io, format!("write failed: {other}")),
+        None => Error::new(ErrorKind::Io, "write failed"),
+    };
+    w.write_all(&layout.header.encode()).map_err(io_err)?;
+    w.write_all(&layout.index_region).map_err(io_err)?;
+    for (h, bytes) in headers.iter().zip(data) {
+        w.write_all(h).map_err(io_err)?;
+        w.write_all(bytes).map_err(io_err)?;
+    }
+    w.write_all(&0u64.to_le_bytes()).map_err(io_err)?;
+    w.flush().map_err(io_err)
 }
 
 fn record_headers_parallel(

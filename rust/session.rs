@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, CancelToken, Destinations, ExecOptions};
 use crate::format::{hash, FileHeader, Index, RecordHeader, PREAMBLE_LEN};
-use crate::io::{open_source, RangeSource};
+use crate::io::{open_source, RangeSource, SourceOptions};
 use crate::plan::{plan_reads, tensor_wants};
 
 /// Bytes the discovery read asks for: tensorizer reserves a 256 KiB index,
@@ -47,12 +47,15 @@ pub struct TensorFile {
 
 impl TensorFile {
     /// Fetches and validates the header and index.
-    pub fn open(uri: &str) -> Result<TensorFile> {
-        let source = open_source(uri)?;
+    pub fn open(uri: &str, opts: &SourceOptions) -> Result<TensorFile> {
         let rt = crate::exec::runtime()?;
-        let (index, size, stats) = rt
-            .block_on(read_index(source.as_ref()))
-            .map_err(|e| e.with_uri(uri))?;
+        let (source, index, size, stats) = rt.block_on(async {
+            let source = open_source(uri, opts).await?;
+            let (index, size, stats) = read_index(source.as_ref())
+                .await
+                .map_err(|e| e.with_uri(source.uri()))?;
+            Ok::<_, Error>((source, index, size, stats))
+        })?;
         Ok(TensorFile {
             source,
             index,

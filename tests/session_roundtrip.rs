@@ -43,7 +43,7 @@ fn write_fixture(mode: IndexMode) -> Fixture {
         })
         .collect();
     let slices: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-    fastshard::save::write_file(&path, &specs, &slices, mode).unwrap();
+    fastshard::save::write_file(&path, &specs, &slices, mode, &Default::default()).unwrap();
     Fixture {
         _dir: dir,
         path,
@@ -71,7 +71,7 @@ fn load(
 fn whole_file_loads_bit_exact_with_small_parts() {
     for mode in [IndexMode::Tensorizer, IndexMode::Exact] {
         let fx = write_fixture(mode);
-        let file = TensorFile::open(&fx.path).unwrap();
+        let file = TensorFile::open(&fx.path, &Default::default()).unwrap();
         let opts = LoadOptions {
             verify_hash: true,
             concurrency: Some(3),
@@ -85,7 +85,7 @@ fn whole_file_loads_bit_exact_with_small_parts() {
 #[test]
 fn subset_fetches_only_its_records() {
     let fx = write_fixture(IndexMode::Exact);
-    let file = TensorFile::open(&fx.path).unwrap();
+    let file = TensorFile::open(&fx.path, &Default::default()).unwrap();
     let mut out = vec![0u8; 2000];
     let regions = [(out.as_mut_ptr(), out.len())];
     // SAFETY: `out` outlives the call and is untouched meanwhile.
@@ -103,12 +103,12 @@ fn subset_fetches_only_its_records() {
 #[test]
 fn corrupt_data_is_caught_by_hashes_only_when_asked() {
     let fx = write_fixture(IndexMode::Tensorizer);
-    let file = TensorFile::open(&fx.path).unwrap();
+    let file = TensorFile::open(&fx.path, &Default::default()).unwrap();
     let off = file.index().entries[3].data_offset + 12345;
     let mut bytes = std::fs::read(&fx.path).unwrap();
     bytes[off as usize] ^= 0x40;
     std::fs::write(&fx.path, &bytes).unwrap();
-    let file = TensorFile::open(&fx.path).unwrap();
+    let file = TensorFile::open(&fx.path, &Default::default()).unwrap();
     assert!(load(&file, &[3], &LoadOptions::default()).is_ok());
     let err = load(
         &file,
@@ -129,7 +129,9 @@ fn truncated_data_is_a_format_error_with_range() {
     let fx = write_fixture(IndexMode::Tensorizer);
     let bytes = std::fs::read(&fx.path).unwrap();
     std::fs::write(&fx.path, &bytes[..bytes.len() - 1000]).unwrap();
-    let err = TensorFile::open(&fx.path).err().unwrap();
+    let err = TensorFile::open(&fx.path, &Default::default())
+        .err()
+        .unwrap();
     assert_eq!(err.kind(), ErrorKind::Format);
     assert!(err.range().is_some(), "{err}");
 }
@@ -137,14 +139,14 @@ fn truncated_data_is_a_format_error_with_range() {
 #[test]
 fn record_that_disagrees_with_index_is_rejected() {
     let fx = write_fixture(IndexMode::Tensorizer);
-    let file = TensorFile::open(&fx.path).unwrap();
+    let file = TensorFile::open(&fx.path, &Default::default()).unwrap();
     // Flip the first dim of tensor "a" in its record header only.
     let e = &file.index().entries[0];
     let dims_at = e.header_offset + 8 + 2 + 1 + 2 + 1 + 1 + 3 + 1;
     let mut bytes = std::fs::read(&fx.path).unwrap();
     bytes[dims_at as usize] ^= 1;
     std::fs::write(&fx.path, &bytes).unwrap();
-    let file = TensorFile::open(&fx.path).unwrap();
+    let file = TensorFile::open(&fx.path, &Default::default()).unwrap();
     let err = load(&file, &[0], &LoadOptions::default()).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Format);
     assert_eq!(err.tensor(), Some("a"));
@@ -153,7 +155,7 @@ fn record_that_disagrees_with_index_is_rejected() {
 #[test]
 fn wrong_buffer_size_is_rejected_before_reading() {
     let fx = write_fixture(IndexMode::Tensorizer);
-    let file = TensorFile::open(&fx.path).unwrap();
+    let file = TensorFile::open(&fx.path, &Default::default()).unwrap();
     let mut out = vec![0u8; 7];
     let regions = [(out.as_mut_ptr(), out.len())];
     // SAFETY: `out` outlives the call and is untouched meanwhile.
@@ -167,7 +169,7 @@ fn wrong_buffer_size_is_rejected_before_reading() {
 #[test]
 fn cancelled_load_returns_cancelled() {
     let fx = write_fixture(IndexMode::Tensorizer);
-    let file = TensorFile::open(&fx.path).unwrap();
+    let file = TensorFile::open(&fx.path, &Default::default()).unwrap();
     let mut out = vec![0u8; 3 << 20];
     let regions = [(out.as_mut_ptr(), out.len())];
     let cancel = CancelToken::new();
@@ -180,7 +182,7 @@ fn cancelled_load_returns_cancelled() {
 
 #[test]
 fn missing_file_is_not_found_with_uri() {
-    let err = TensorFile::open("/definitely/not/here.tensors")
+    let err = TensorFile::open("/definitely/not/here.tensors", &Default::default())
         .err()
         .unwrap();
     assert_eq!(err.kind(), ErrorKind::NotFound);

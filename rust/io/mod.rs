@@ -3,14 +3,21 @@
 //! destinations". Everything else (format, planning, hashing) is shared.
 
 mod file;
+pub mod http;
 #[cfg(test)]
 pub(crate) mod mock;
+pub mod retry;
+pub mod s3;
+mod sink;
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
 pub use file::FileSource;
+pub use http::HttpSource;
+pub use retry::RetryPolicy;
+pub use s3::{S3Options, S3Source};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{CancelToken, Destinations};
@@ -61,17 +68,34 @@ pub trait RangeSource: Send + Sync + 'static {
     fn default_concurrency(&self) -> usize;
 }
 
-/// Opens the source a URI names. Only local paths (and `file://`) so far.
-pub fn open_source(uri: &str) -> Result<Arc<dyn RangeSource>> {
+/// How to reach a source: S3 settings and the retry policy for network
+/// sources (local files ignore both).
+#[derive(Debug, Clone, Default)]
+pub struct SourceOptions {
+    pub s3: S3Options,
+    pub retry: RetryPolicy,
+}
+
+/// Opens the source a URI names: `s3://bucket/key`, `http(s)://…`,
+/// `file://path` or a plain local path.
+pub async fn open_source(uri: &str, opts: &SourceOptions) -> Result<Arc<dyn RangeSource>> {
     if let Some(scheme_end) = uri.find("://") {
-        let scheme = &uri[..scheme_end];
-        return match scheme {
+        let scheme = uri[..scheme_end].to_ascii_lowercase();
+        return match scheme.as_str() {
             "file" => Ok(Arc::new(FileSource::open(uri, &uri[scheme_end + 3..])?)),
+            "s3" => Ok(Arc::new(S3Source::open(uri, &opts.s3, opts.retry).await?)),
+            "http" | "https" => Ok(Arc::new(HttpSource::open(
+                uri,
+                opts.retry,
+                opts.s3.ca_bundle.as_deref(),
+            )?)),
             _ => Err(Error::new(
                 ErrorKind::Unsupported,
-                format!("unsupported URI scheme {scheme:?}: this build reads local files"),
+                format!(
+                    "unsupported URI scheme {scheme:?}: use s3://, http(s)://, file:// or a path"
+                ),
             )
-            .with_uri(uri)),
+            .with_uri(http::redact(uri))),
         };
     }
     Ok(Arc::new(FileSource::open(uri, uri)?))

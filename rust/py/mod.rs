@@ -3,6 +3,7 @@
 mod buffers;
 mod errors;
 mod gil;
+mod options;
 mod reader;
 mod writer;
 

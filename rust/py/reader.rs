@@ -7,6 +7,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use super::buffers::{Held, Regions};
 use super::errors::to_py;
 use super::gil::run_blocking;
+use super::options;
 use crate::error::Error;
 use crate::exec::CancelToken;
 use crate::format::names::{PathPart, TensorName};
@@ -20,9 +21,11 @@ pub struct Reader {
 #[pymethods]
 impl Reader {
     #[new]
-    fn new(py: Python<'_>, uri: String) -> PyResult<Self> {
+    #[pyo3(signature = (uri, **opts))]
+    fn new(py: Python<'_>, uri: String, opts: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let opts = options::parse(opts)?;
         let cancel = CancelToken::new();
-        let file = run_blocking(py, &cancel, || TensorFile::open(&uri))?.map_err(to_py)?;
+        let file = run_blocking(py, &cancel, || TensorFile::open(&uri, &opts))?.map_err(to_py)?;
         Ok(Reader { file })
     }
 

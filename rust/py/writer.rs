@@ -2,11 +2,12 @@
 //! buffers in, a tensorizer file out.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyString, PyTuple};
+use pyo3::types::{PyDict, PyString, PyTuple};
 
 use super::buffers::{Held, Regions};
 use super::errors::to_py;
 use super::gil::run_blocking;
+use super::options;
 use crate::error::Error;
 use crate::exec::CancelToken;
 use crate::format::names::{PathPart, TensorName};
@@ -14,14 +15,16 @@ use crate::format::writer::{IndexMode, WriteSpec};
 use crate::format::{Dtype, TensorType};
 
 #[pyfunction]
-#[pyo3(signature = (path, specs, buffers, *, exact_index=false))]
+#[pyo3(signature = (path, specs, buffers, *, exact_index=false, **opts))]
 pub fn write_file<'py>(
     py: Python<'py>,
     path: String,
     specs: Vec<Bound<'py, PyTuple>>,
     buffers: Vec<Bound<'py, PyAny>>,
     exact_index: bool,
+    opts: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<u64> {
+    let source_opts = options::parse(opts)?;
     let specs = specs
         .iter()
         .map(parse_spec)
@@ -51,7 +54,7 @@ pub fn write_file<'py>(
                 }
             })
             .collect();
-        crate::save::write_file(&path, &specs, &data, mode)
+        crate::save::write_file(&path, &specs, &data, mode, &source_opts)
     });
     held.release(py);
     outcome?.map_err(to_py)

@@ -1,0 +1,323 @@
+//! HTTP(S) servers and presigned URLs: the same ranged-GET engine as S3,
+//! through reqwest. Query strings are never shown in errors, since a
+//! presigned URL's signature is a credential.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, CONTENT_RANGE, ETAG, IF_MATCH, LAST_MODIFIED, RANGE};
+use reqwest::StatusCode;
+
+use super::retry::RetryPolicy;
+use super::sink::{read_part_retrying, PartSink, Streamer};
+use super::{BoxFuture, Discovery, PartStats, RangeSource};
+use crate::error::{Error, ErrorKind, Result};
+use crate::exec::{CancelToken, Destinations};
+use crate::plan::{Part, PlanOptions};
+
+pub struct HttpSource {
+    url: String,
+    shown: String,
+    client: reqwest::Client,
+    /// `If-Match` (ETag) or `If-Unmodified-Since` pin learned at discovery.
+    pin: OnceLock<Option<(reqwest::header::HeaderName, String)>>,
+    policy: RetryPolicy,
+}
+
+/// The URL without query string, fragment or user info.
+pub fn redact(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            let had_query = u.query().is_some();
+            u.set_query(None);
+            u.set_fragment(None);
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            let mut s = u.to_string();
+            if had_query {
+                s.push_str("?…");
+            }
+            s
+        }
+        Err(_) => "<unparsable URL>".to_string(),
+    }
+}
+
+impl HttpSource {
+    pub fn open(
+        url: &str,
+        policy: RetryPolicy,
+        ca_bundle: Option<&std::path::Path>,
+    ) -> Result<Self> {
+        let shown = redact(url);
+        let mut builder = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .read_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(64)
+            // Ranges must arrive as stored bytes, never re-encoded.
+            .no_gzip()
+            .user_agent(concat!("fastshard/", env!("CARGO_PKG_VERSION")));
+        if let Some(ca) = ca_bundle {
+            let pem =
+                std::fs::read(ca).map_err(|e| Error::from_io(e, "cannot read the CA bundle"))?;
+            let cert = reqwest::Certificate::from_pem(&pem)
+                .map_err(|e| Error::invalid(format!("bad CA bundle: {e}")))?;
+            builder = builder.add_root_certificate(cert);
+        }
+        let client = builder.build().map_err(|e| {
+            Error::invalid(format!("cannot build HTTP client: {e}")).with_uri(&shown)
+        })?;
+        Ok(HttpSource {
+            url: url.to_string(),
+            shown,
+            client,
+            pin: OnceLock::new(),
+            policy,
+        })
+    }
+
+    fn request(&self, start: u64, end: u64) -> reqwest::RequestBuilder {
+        let mut req = self
+            .client
+            .get(&self.url)
+            .header(RANGE, format!("bytes={}-{}", start, end - 1));
+        if let Some(Some((name, value))) = self.pin.get() {
+            req = req.header(name.clone(), value.as_str());
+        }
+        req
+    }
+
+    async fn send(&self, start: u64, end: u64) -> Result<reqwest::Response> {
+        let resp = self
+            .request(start, end)
+            .send()
+            .await
+            .map_err(|e| transport_error(&e).with_range(start..end))?;
+        let status = resp.status();
+        if status == StatusCode::PARTIAL_CONTENT || status == StatusCode::OK {
+            return Ok(resp);
+        }
+        Err(status_error(status).with_range(start..end))
+    }
+
+    async fn get_into(&self, start: u64, end: u64, sink: &mut PartSink<'_>) -> Result<()> {
+        let mut resp = self.send(start, end).await?;
+        if resp.status() == StatusCode::OK && start != 0 {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "the server ignores Range requests; fastshard needs ranged reads",
+            ));
+        }
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| transport_error(&e).with_range(start..end))?
+        {
+            sink.write(&chunk)?;
+        }
+        Ok(())
+    }
+
+    async fn get_bytes(&self, start: u64, len: u64) -> Result<(Vec<u8>, Option<u64>, HeaderMap)> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let once = async {
+                let resp = self.send(start, start + len).await?;
+                let status = resp.status();
+                let headers = resp.headers().clone();
+                let total = if status == StatusCode::PARTIAL_CONTENT {
+                    headers
+                        .get(CONTENT_RANGE)
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.rsplit_once('/'))
+                        .and_then(|(_, t)| t.parse::<u64>().ok())
+                } else {
+                    resp.content_length()
+                };
+                if status == StatusCode::OK && total.is_some_and(|t| t > len) && start == 0 {
+                    return Err(Error::new(
+                        ErrorKind::Unsupported,
+                        "the server ignores Range requests; fastshard needs ranged reads",
+                    ));
+                }
+                let body = resp
+                    .bytes()
+                    .await
+                    .map_err(|e| transport_error(&e).with_range(start..start + len))?;
+                Ok((body.to_vec(), total, headers))
+            };
+            match once.await {
+                Ok(v) => return Ok(v),
+                Err(e) => {
+                    let delay = self.policy.next_delay(attempt, e)?;
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+}
+
+fn transport_error(e: &reqwest::Error) -> Error {
+    // reqwest's Display includes the URL (and its query); strip it.
+    let text = e.without_url_ref();
+    let what = if e.is_timeout() {
+        "HTTP request timed out"
+    } else if e.is_connect() {
+        "HTTP connection failed"
+    } else if e.is_body() || e.is_decode() {
+        "HTTP response body broke off"
+    } else {
+        "HTTP request failed"
+    };
+    Error::new(ErrorKind::Network, format!("{what}: {text}"))
+}
+
+trait WithoutUrlRef {
+    fn without_url_ref(&self) -> String;
+}
+
+impl WithoutUrlRef for reqwest::Error {
+    fn without_url_ref(&self) -> String {
+        let mut s = self.to_string();
+        if let Some(u) = self.url() {
+            s = s.replace(u.as_str(), "<url>");
+        }
+        let mut src = std::error::Error::source(self);
+        while let Some(inner) = src {
+            s.push_str(": ");
+            s.push_str(&inner.to_string());
+            src = inner.source();
+        }
+        s
+    }
+}
+
+fn status_error(status: StatusCode) -> Error {
+    let code = status.as_u16();
+    let kind = match code {
+        401 | 403 => ErrorKind::Auth,
+        404 | 410 => ErrorKind::NotFound,
+        412 => ErrorKind::Changed,
+        416 => ErrorKind::Format,
+        429 | 503 => ErrorKind::Throttled,
+        500..=599 => ErrorKind::Network,
+        _ => ErrorKind::Io,
+    };
+    let msg = match kind {
+        ErrorKind::Changed => "the object changed while it was being read".to_string(),
+        _ => format!("HTTP {status}"),
+    };
+    Error::new(kind, msg)
+}
+
+impl Streamer for HttpSource {
+    fn stream<'a, 'b: 'a>(
+        &'a self,
+        start: u64,
+        end: u64,
+        sink: &'a mut PartSink<'b>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(self.get_into(start, end, sink))
+    }
+}
+
+impl RangeSource for HttpSource {
+    fn uri(&self) -> &str {
+        &self.shown
+    }
+
+    fn discover(&self, len: u64) -> BoxFuture<'_, Result<Discovery>> {
+        Box::pin(async move {
+            let (prefix, total, headers) = self.get_bytes(0, len.max(1)).await?;
+            let size = total.ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Network,
+                    "the server did not say how large the object is",
+                )
+            })?;
+            let pin = if let Some(etag) = headers.get(ETAG).and_then(|v| v.to_str().ok()) {
+                Some((IF_MATCH, etag.to_string()))
+            } else {
+                headers
+                    .get(LAST_MODIFIED)
+                    .and_then(|v| v.to_str().ok())
+                    .map(|lm| (reqwest::header::IF_UNMODIFIED_SINCE, lm.to_string()))
+            };
+            let _ = self.pin.set(pin);
+            Ok(Discovery { prefix, size })
+        })
+    }
+
+    fn read_range(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<Vec<u8>>> {
+        Box::pin(async move {
+            let (bytes, _, _) = self.get_bytes(offset, len).await?;
+            if bytes.len() as u64 != len {
+                return Err(Error::format(format!(
+                    "object is truncated: asked for {len} bytes, got {}",
+                    bytes.len()
+                ))
+                .with_range(offset..offset + len));
+            }
+            Ok(bytes)
+        })
+    }
+
+    fn read_part(
+        self: Arc<Self>,
+        part: Part,
+        dest: Arc<Destinations>,
+        cancel: CancelToken,
+    ) -> BoxFuture<'static, Result<PartStats>> {
+        Box::pin(async move {
+            let policy = self.policy;
+            read_part_retrying(self.as_ref(), &part, &dest, &cancel, &policy).await
+        })
+    }
+
+    fn plan_options(&self) -> PlanOptions {
+        PlanOptions {
+            gap_threshold: 1024 * 1024,
+            part_size: 16 * 1024 * 1024,
+        }
+    }
+
+    fn default_concurrency(&self) -> usize {
+        16
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_drops_query_and_user_info() {
+        let r = redact(
+            "https://user:pw@host.example/b/k.tensors?X-Amz-Signature=abc&X-Amz-Credential=z",
+        );
+        assert_eq!(r, "https://host.example/b/k.tensors?…");
+        assert!(!r.contains("abc") && !r.contains("pw"));
+    }
+
+    #[test]
+    fn statuses_map_to_kinds() {
+        assert_eq!(status_error(StatusCode::FORBIDDEN).kind(), ErrorKind::Auth);
+        assert_eq!(
+            status_error(StatusCode::NOT_FOUND).kind(),
+            ErrorKind::NotFound
+        );
+        assert_eq!(
+            status_error(StatusCode::PRECONDITION_FAILED).kind(),
+            ErrorKind::Changed
+        );
+        assert_eq!(
+            status_error(StatusCode::SERVICE_UNAVAILABLE).kind(),
+            ErrorKind::Throttled
+        );
+        assert_eq!(
+            status_error(StatusCode::BAD_GATEWAY).kind(),
+            ErrorKind::Network
+        );
+    }
+}

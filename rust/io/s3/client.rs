@@ -1,0 +1,138 @@
+//! Building the aws-sdk-s3 client from a resolved configuration.
+
+use std::time::Duration;
+
+use aws_config::meta::credentials::CredentialsProviderChain;
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, Region};
+use aws_sdk_s3::config::{
+    Credentials, ProvideCredentials, RequestChecksumCalculation, ResponseChecksumValidation,
+    SharedCredentialsProvider,
+};
+use aws_sdk_s3::Client;
+use aws_smithy_http_client::tls;
+
+use super::config::{CredentialSource, Resolved};
+use crate::error::{Error, ErrorKind, Result};
+
+/// Connections are cheap to open on a LAN and slow ones should fail over to
+/// a retry, not hang a load.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// EC2's metadata service is only probed on EC2: elsewhere the probe costs
+/// seconds of timeouts and sends traffic to an address nobody asked for.
+fn on_ec2() -> bool {
+    [
+        "/sys/devices/virtual/dmi/id/board_vendor",
+        "/sys/devices/virtual/dmi/id/sys_vendor",
+    ]
+    .iter()
+    .filter_map(|p| std::fs::read_to_string(p).ok())
+    .any(|v| v.contains("Amazon"))
+}
+
+fn aws_chain(profile: Option<&str>) -> CredentialsProviderChain {
+    let mut profile_provider = aws_config::profile::ProfileFileCredentialsProvider::builder();
+    if let Some(p) = profile {
+        profile_provider = profile_provider.profile_name(p);
+    }
+    let chain = CredentialsProviderChain::first_try(
+        "Environment",
+        aws_config::environment::EnvironmentVariableCredentialsProvider::new(),
+    )
+    .or_else("Profile", profile_provider.build())
+    .or_else(
+        "WebIdentityToken",
+        aws_config::web_identity_token::WebIdentityTokenCredentialsProvider::builder().build(),
+    )
+    .or_else(
+        "EcsContainer",
+        aws_config::ecs::EcsCredentialsProvider::builder().build(),
+    );
+    let imds_disabled =
+        std::env::var("AWS_EC2_METADATA_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"));
+    if !imds_disabled && on_ec2() {
+        chain.or_else(
+            "Ec2InstanceMetadata",
+            aws_config::imds::credentials::ImdsCredentialsProvider::builder().build(),
+        )
+    } else {
+        chain
+    }
+}
+
+/// The client and which credential source it ended up using.
+pub async fn build_client(res: &Resolved) -> Result<(Client, CredentialSource)> {
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .read_timeout(READ_TIMEOUT)
+                .build(),
+        );
+    if let Some(region) = &res.region {
+        loader = loader.region(Region::new(region.clone()));
+    }
+    if let Some(profile) = &res.profile {
+        loader = loader.profile_name(profile);
+    }
+    if let Some(endpoint) = &res.endpoint {
+        loader = loader.endpoint_url(endpoint);
+    }
+    if let Some(ca) = &res.ca_bundle {
+        let pem = std::fs::read(ca).map_err(|e| Error::from_io(e, "cannot read the CA bundle"))?;
+        let ctx = tls::TlsContext::builder()
+            .with_trust_store(tls::TrustStore::default().with_pem_certificate(pem))
+            .build()
+            .map_err(|e| Error::invalid(format!("bad CA bundle: {e}")))?;
+        let http = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(
+                tls::rustls_provider::CryptoMode::AwsLc,
+            ))
+            .tls_context(ctx)
+            .build_https();
+        loader = loader.http_client(http);
+    }
+    let mut source = res.source;
+    loader = match (&res.keys, res.source) {
+        (Some(k), _) => loader.credentials_provider(Credentials::new(
+            k.access_key_id.clone(),
+            k.secret_access_key.clone(),
+            k.session_token.clone(),
+            None,
+            "fastshard",
+        )),
+        (None, CredentialSource::AwsChain) => {
+            let chain = aws_chain(res.profile.as_deref());
+            // Resolve now, so that "no credentials anywhere" falls back to
+            // anonymous access (public buckets) as tensorizer does.
+            match chain.provide_credentials().await {
+                Ok(_) => loader.credentials_provider(SharedCredentialsProvider::new(chain)),
+                Err(_) => {
+                    source = CredentialSource::Anonymous;
+                    loader.no_credentials()
+                }
+            }
+        }
+        (None, _) => loader.no_credentials(),
+    };
+    let sdk = loader.load().await;
+    let mut conf = aws_sdk_s3::config::Builder::from(&sdk)
+        .force_path_style(res.force_path_style)
+        // S3-compatible stores mishandle the SDK's default checksums; ranged
+        // GETs cannot be validated against whole-object checksums anyway.
+        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+        .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
+    if sdk.region().is_none() {
+        conf = conf.region(Region::new("us-east-1"));
+    }
+    if res.endpoint.is_none() && sdk.endpoint_url().is_none() && sdk.region().is_none() {
+        // Nothing says where to go; AWS's global endpoint still works.
+        conf = conf.region(Region::new("us-east-1"));
+    }
+    let _ = ErrorKind::Auth;
+    Ok((Client::from_conf(conf.build()), source))
+}

@@ -1,0 +1,171 @@
+//! Streaming a ranged response into a part's destinations, and the retry
+//! loop every network source shares. A retry resumes where the last attempt
+//! stopped, so a failure late in a part re-fetches only what is missing.
+
+use std::time::Duration;
+
+use super::retry::RetryPolicy;
+use super::{BoxFuture, PartStats};
+use crate::error::{Error, ErrorKind, Result};
+use crate::exec::{CancelToken, Destinations};
+use crate::plan::Part;
+
+/// Places the bytes of `[part.start, part.end)`, arriving in order, into the
+/// part's segments; gap bytes are dropped.
+pub struct PartSink<'a> {
+    part: &'a Part,
+    dest: &'a Destinations,
+    cancel: &'a CancelToken,
+    pos: u64,
+    seg: usize,
+}
+
+impl<'a> PartSink<'a> {
+    pub fn new(part: &'a Part, dest: &'a Destinations, cancel: &'a CancelToken) -> Self {
+        PartSink {
+            part,
+            dest,
+            cancel,
+            pos: part.start,
+            seg: 0,
+        }
+    }
+
+    /// Absolute offset of the next byte expected.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    pub fn remaining(&self) -> u64 {
+        self.part.end - self.pos
+    }
+
+    pub fn write(&mut self, mut chunk: &[u8]) -> Result<()> {
+        self.cancel.check()?;
+        if chunk.len() as u64 > self.remaining() {
+            return Err(Error::new(
+                ErrorKind::Network,
+                format!(
+                    "response is longer than the {} bytes requested",
+                    self.part.end - self.part.start
+                ),
+            )
+            .with_range(self.part.start..self.part.end));
+        }
+        while !chunk.is_empty() {
+            let Some(seg) = self.part.segments.get(self.seg) else {
+                // Past the last segment: the part ends there, so no bytes can
+                // remain (checked above); treat defensively as a gap.
+                self.pos += chunk.len() as u64;
+                return Ok(());
+            };
+            if self.pos < seg.offset {
+                let skip = (seg.offset - self.pos).min(chunk.len() as u64);
+                self.pos += skip;
+                chunk = &chunk[skip as usize..];
+                continue;
+            }
+            let into = self.pos - seg.offset;
+            let n = (seg.end() - self.pos).min(chunk.len() as u64) as usize;
+            // SAFETY: a part is fetched by one task at a time, so this
+            // segment's memory has no other live reference; the reference
+            // ends with this statement.
+            let dst = unsafe { self.dest.segment_mut(seg)? };
+            dst[into as usize..into as usize + n].copy_from_slice(&chunk[..n]);
+            self.pos += n as u64;
+            chunk = &chunk[n..];
+            if self.pos == seg.end() {
+                self.seg += 1;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A source that can stream `[start, end)` of its object into a sink.
+pub trait Streamer: Send + Sync {
+    fn stream<'a, 'b: 'a>(
+        &'a self,
+        start: u64,
+        end: u64,
+        sink: &'a mut PartSink<'b>,
+    ) -> BoxFuture<'a, Result<()>>;
+}
+
+/// Fetches one part, retrying transient failures from where they stopped.
+pub async fn read_part_retrying<S: Streamer + ?Sized>(
+    src: &S,
+    part: &Part,
+    dest: &Destinations,
+    cancel: &CancelToken,
+    policy: &RetryPolicy,
+) -> Result<PartStats> {
+    let mut sink = PartSink::new(part, dest, cancel);
+    let mut stats = PartStats::default();
+    let mut attempt = 0u32;
+    loop {
+        cancel.check()?;
+        attempt += 1;
+        stats.requests += 1;
+        let start = sink.position();
+        let outcome = src.stream(start, part.end, &mut sink).await;
+        stats.bytes_fetched += sink.position() - start;
+        let err = match outcome {
+            Ok(()) if sink.remaining() == 0 => return Ok(stats),
+            Ok(()) => Error::new(
+                ErrorKind::Network,
+                format!("response ended {} bytes early", sink.remaining()),
+            ),
+            Err(e) => e,
+        };
+        let err = err.with_range(part.start..part.end);
+        let delay: Duration = policy.next_delay(attempt, err)?;
+        stats.retries += 1;
+        tokio::time::sleep(delay).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::Segment;
+
+    #[test]
+    fn chunks_split_across_segments_and_gaps() {
+        let part = Part {
+            start: 10,
+            end: 30,
+            segments: vec![
+                Segment {
+                    offset: 10,
+                    len: 5,
+                    slot: 0,
+                    slot_offset: 0,
+                },
+                Segment {
+                    offset: 20,
+                    len: 10,
+                    slot: 1,
+                    slot_offset: 2,
+                },
+            ],
+        };
+        let mut a = vec![0u8; 5];
+        let mut b = vec![0u8; 12];
+        // SAFETY: `a` and `b` outlive the sink and are untouched meanwhile.
+        let dest = unsafe {
+            Destinations::new(vec![(a.as_mut_ptr(), a.len()), (b.as_mut_ptr(), b.len())])
+        };
+        let cancel = CancelToken::new();
+        let mut sink = PartSink::new(&part, &dest, &cancel);
+        let bytes: Vec<u8> = (10..30).collect();
+        for chunk in bytes.chunks(3) {
+            sink.write(chunk).unwrap();
+        }
+        assert_eq!(sink.remaining(), 0);
+        assert!(sink.write(&[1]).is_err());
+        drop(dest);
+        assert_eq!(a, vec![10, 11, 12, 13, 14]);
+        assert_eq!(b, vec![0, 0, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29]);
+    }
+}
