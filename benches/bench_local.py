@@ -62,7 +62,7 @@ def prepare(case: str, folder: Path, formats: list[str]) -> dict:
     return written.to_json()
 
 
-def bench_case(case: str, written: dict, loaders: list[str], runs: int) -> dict:
+def bench_case(case: str, written: dict, loaders: list[str], runs: int, no_thp: bool) -> dict:
     for path in written["files"].values():
         warm_page_cache(path)
     samples: dict[str, list[dict]] = {name: [] for name in loaders}
@@ -71,7 +71,7 @@ def bench_case(case: str, written: dict, loaders: list[str], runs: int) -> dict:
         order = loaders[rnd % len(loaders) :] + loaders[: rnd % len(loaders)]
         for name in order:
             path = written["files"][LOADERS[name][1]]
-            res = run_child(name, path, want_digest=rnd == 0)
+            res = run_child(name, path, want_digest=rnd == 0, no_thp=no_thp)
             if rnd == 0:
                 ok = res["digest"] == written["digest"] and res["bytes"] == written["model_bytes"]
                 checks[name] = "yes" if ok else "MISMATCH"
@@ -151,8 +151,17 @@ def targets(case: str, written: dict, rows: dict[str, dict]) -> list[tuple[str, 
     return out
 
 
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return "unknown"
+
+
 def machine() -> dict:
     return {
+        "thp_enabled": _read("/sys/kernel/mm/transparent_hugepage/enabled"),
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
         "loadavg_before": os.getloadavg(),
@@ -171,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scratch", type=Path, default=SCRATCH / "local", help="where files go")
     p.add_argument("--out", type=Path, default=SCRATCH / "results-local.json")
     p.add_argument("--keep-files", action="store_true", help="keep the written files afterwards")
+    p.add_argument(
+        "--no-thp",
+        action="store_true",
+        help="run every loader with transparent huge pages disabled (prctl PR_SET_THP_DISABLE)",
+    )
     args = p.parse_args(argv)
     cases = [c for c in args.cases.split(",") if c]
     loaders = [x for x in args.loaders.split(",") if x]
@@ -189,14 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     print("versions: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()))
     print(f"{args.runs} measured runs per loader after 1 warm-up, each in a fresh process")
 
-    results: dict = {"machine": info, "runs": args.runs, "cases": {}}
+    thp = "disabled in every loader's process" if args.no_thp else "as the system sets it"
+    print(f"transparent huge pages: {thp}")
+    results: dict = {"machine": info, "runs": args.runs, "no_thp": args.no_thp, "cases": {}}
     report: list[str] = []
     verdicts: list[tuple[str, bool]] = []
     formats = sorted({LOADERS[name][1] for name in loaders})
     for case in cases:
         folder = args.scratch / case
         written = prepare(case, folder, formats)
-        measured = bench_case(case, written, loaders, args.runs)
+        measured = bench_case(case, written, loaders, args.runs, args.no_thp)
         rows = summarize(written, measured)
         results["cases"][case] = {"written": written, "summary": rows, **measured}
         title = CASES[case][0]

@@ -138,11 +138,22 @@ def measure(loader: str, path: str, want_digest: bool) -> dict:
     return result
 
 
-def run_child(loader: str, path: str, want_digest: bool = False) -> dict:
+def disable_thp() -> None:
+    """No transparent huge pages in this process, even where a loader madvises them."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(41, 1, 0, 0, 0) != 0:  # PR_SET_THP_DISABLE
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_THP_DISABLE) failed")
+
+
+def run_child(loader: str, path: str, want_digest: bool = False, no_thp: bool = False) -> dict:
     """Run ``measure`` in a fresh interpreter (this file as a script); return its result."""
     cmd = [sys.executable, __file__, "--loader", loader, "--path", path]
     if want_digest:
         cmd.append("--digest")
+    if no_thp:
+        cmd.append("--no-thp")
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{loader} on {path} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
@@ -154,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--loader", required=True, choices=sorted(LOADERS))
     p.add_argument("--path", required=True)
     p.add_argument("--digest", action="store_true", help="also print a digest of what loaded")
+    p.add_argument("--no-thp", action="store_true", help="disable transparent huge pages")
     args = p.parse_args(argv)
+    if args.no_thp:
+        disable_thp()
     # Import everything the loader needs before the clock starts.
     if args.loader == "fastshard":
         import fastshard

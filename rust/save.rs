@@ -43,7 +43,7 @@ pub fn write_file(
     }
     let headers = record_headers_parallel(specs, &layout.records, data);
     if uri.starts_with("s3://") {
-        let mut w = crate::io::s3::upload_writer(uri, &opts.s3)?;
+        let mut w = crate::io::s3::upload_writer(uri, &opts.s3, opts.retry)?;
         emit(&mut w, &layout, &headers, data).map_err(|e| e.with_uri(uri))?;
         w.finish()?;
         return Ok(layout.total_len);

@@ -40,6 +40,8 @@ pub struct LoadStats {
 
 pub struct TensorFile {
     source: Arc<dyn RangeSource>,
+    /// Time budget of each load (from the source options).
+    deadline: Option<std::time::Duration>,
     index: Index,
     size: u64,
     discovery_stats: (u64, u64),
@@ -51,13 +53,15 @@ impl TensorFile {
         let rt = crate::exec::runtime()?;
         let (source, index, size, stats) = rt.block_on(async {
             let source = open_source(uri, opts).await?;
-            let (index, size, stats) = read_index(source.as_ref())
+            let cancel = CancelToken::new().child_with_budget(opts.deadline);
+            let (index, size, stats) = read_index(source.as_ref(), &cancel)
                 .await
                 .map_err(|e| e.with_uri(source.uri()))?;
             Ok::<_, Error>((source, index, size, stats))
         })?;
         Ok(TensorFile {
             source,
+            deadline: opts.deadline,
             index,
             size,
             discovery_stats: stats,
@@ -157,6 +161,7 @@ impl TensorFile {
             .concurrency
             .unwrap_or_else(|| self.source.default_concurrency())
             .max(1);
+        let cancel = &cancel.child_with_budget(self.deadline);
         let exec = execute(
             Arc::clone(&self.source),
             plan,
@@ -267,8 +272,11 @@ impl TensorFile {
 
 /// Reads the header and the whole index: one read normally, a second one
 /// when the index is larger than the discovery read.
-async fn read_index(source: &dyn RangeSource) -> Result<(Index, u64, (u64, u64))> {
-    let disc = source.discover(DISCOVERY_BYTES).await?;
+async fn read_index(
+    source: &dyn RangeSource,
+    cancel: &CancelToken,
+) -> Result<(Index, u64, (u64, u64))> {
+    let disc = source.discover(DISCOVERY_BYTES, cancel).await?;
     let mut requests = 1u64;
     let mut fetched = disc.prefix.len() as u64;
     if disc.prefix.len() < PREAMBLE_LEN {
@@ -290,7 +298,7 @@ async fn read_index(source: &dyn RangeSource) -> Result<(Index, u64, (u64, u64))
     let mut prefix = disc.prefix;
     if (prefix.len() as u64) < index_end {
         let have = prefix.len() as u64;
-        let rest = source.read_range(have, index_end - have).await?;
+        let rest = source.read_range(have, index_end - have, cancel).await?;
         requests += 1;
         fetched += rest.len() as u64;
         prefix.extend_from_slice(&rest);

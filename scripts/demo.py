@@ -77,11 +77,11 @@ class Contender:
     equal: bool | None = None
 
 
-def run(contenders: list[Contender], source_digest: str, rounds: int) -> None:
+def run(contenders: list[Contender], source_digest: str, rounds: int, no_thp: bool) -> None:
     for rnd in range(1 + rounds):
         shift = rnd % len(contenders)
         for c in contenders[shift:] + contenders[:shift]:
-            res = run_child(c.name, c.uri, want_digest=rnd == 0)
+            res = run_child(c.name, c.uri, want_digest=rnd == 0, no_thp=no_thp)
             if rnd == 0:
                 c.equal = res["digest"] == source_digest
                 label = "warm-up"
@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="measured rounds after the warm-up")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--scratch", type=Path, default=SCRATCH / "demo")
+    p.add_argument(
+        "--no-thp", action="store_true", help="disable transparent huge pages in the loaders"
+    )
     args = p.parse_args(argv)
 
     import fastshard
@@ -129,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         Contender("safetensors", safetensors_uri),
     ]
     print(f"\nloading: each load in a fresh process; 1 warm-up + {args.rounds} rounds")
-    run(contenders, source_digest, args.rounds)
+    run(contenders, source_digest, args.rounds, args.no_thp)
 
     with fastshard.open(tensors_uri) as f:
         f.load_state_dict()

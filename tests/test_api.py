@@ -146,8 +146,19 @@ def test_options(mixed):
     assert len(out) == 9
     with pytest.raises(fastshard.InvalidArgumentError, match="unknown option"):
         fastshard.open(path, verfy_hash=True)
-    with pytest.raises(fastshard.UnsupportedError, match="encryption"):
-        fastshard.open(path, encryption=b"k" * 32)
+    for later in ("encryption", "max_host_bytes", "progress"):
+        with pytest.raises(fastshard.UnsupportedError, match=later):
+            fastshard.open(path, **{later: 1})
+    # Source options reach the native reader (a local file ignores them)...
+    out = fastshard.load_state_dict(
+        path, s3_region="eu-west-1", s3_addressing="path", max_attempts=2, s3_config_path=path
+    )
+    assert len(out) == 9
+    # ...which checks them: a bad value is an InvalidArgumentError.
+    with pytest.raises(fastshard.InvalidArgumentError, match="addressing"):
+        fastshard.open(path, s3_addressing="sideways")
+    with pytest.raises(fastshard.InvalidArgumentError, match="path"):
+        fastshard.open(path, ca_bundle=3)
 
 
 def test_load_into_module_in_place_and_cast(tz_write):
@@ -239,8 +250,14 @@ def test_save_returns_size_and_validates(tmp_path):
         fastshard.save({1: torch.ones(1)}, tmp_path / "b.tensors")
     with pytest.raises(fastshard.InvalidArgumentError, match="leaves must be tensors"):
         fastshard.save({"a": 3}, tmp_path / "b.tensors")
-    with pytest.raises(fastshard.UnsupportedError):
-        fastshard.save({"a": torch.ones(1)}, "s3://bucket/key.tensors")
+    with pytest.raises(fastshard.UnsupportedError, match="local paths and s3"):
+        fastshard.save({"a": torch.ones(1)}, "https://host.invalid/key.tensors?X-Amz-Signature=s")
+    with pytest.raises(fastshard.InvalidArgumentError, match="unknown option"):
+        fastshard.save({"a": torch.ones(1)}, tmp_path / "b.tensors", concurrency=4)
+    with pytest.raises(fastshard.UnsupportedError, match="encryption"):
+        fastshard.save({"a": torch.ones(1)}, tmp_path / "b.tensors", encryption=b"k" * 32)
+    # Source options are accepted for local paths too (they are unused there).
+    fastshard.save({"a": torch.ones(1)}, tmp_path / "c.tensors", s3_region="us-east-1")
 
 
 def test_exact_index(tmp_path):

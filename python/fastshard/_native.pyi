@@ -6,8 +6,10 @@ saves), so no tensor data is copied through Python objects.
 """
 
 from collections.abc import Sequence
+from os import PathLike
+from typing import Literal
 
-from typing_extensions import Buffer
+from typing_extensions import Buffer, TypedDict, Unpack
 
 PathPart = str | int
 
@@ -21,14 +23,72 @@ EntryTuple = tuple[str, list[PathPart] | None, int, str, list[int], int, int, in
 # (name_or_path, tensor_type, module_idx, dtype, shape, is_meta)
 SpecTuple = tuple[str | Sequence[PathPart], int, int, str, Sequence[int], bool]
 
+class SourceOptions(TypedDict, total=False):
+    """Where an object is and how to reach it; shared by ``Reader`` and
+    ``write_file``. Unknown names raise InvalidArgumentError. ``None`` means
+    "look it up" (see below).
+
+    s3_endpoint: URL of the S3 API (``http://`` only when it says so; a bare
+        host gets ``https://``).
+    s3_access_key_id, s3_secret_access_key: static keys, both or neither;
+        two empty strings ask for anonymous access (tensorizer's convention).
+    s3_session_token: with the explicit keys.
+    s3_region: signing region (else AWS_REGION, AWS_DEFAULT_REGION, the
+        profile, then us-east-1).
+    s3_profile: AWS profile name (else AWS_PROFILE).
+    s3_config_path: an s3cmd config to read instead of ``~/.s3cfg``.
+    s3_addressing: "auto" (path style for custom endpoints, virtual hosts
+        for AWS), "path" or "virtual".
+    ca_bundle: PEM file of extra trusted CAs; S3 falls back to AWS_CA_BUNDLE,
+        https:// URLs use only this option.
+    s3_anonymous: send unsigned requests, whatever credentials exist.
+    max_attempts: attempts per ranged read, the first included (default 10);
+        only transient failures (5xx, 503 SlowDown, resets, timeouts, short
+        bodies) are retried, with jittered exponential backoff.
+    deadline_seconds: stop retrying this many seconds after the Reader (or
+        the write) was created.
+
+    Credentials not given explicitly come from, in order: S3_ACCESS_KEY_ID/
+    S3_SECRET_ACCESS_KEY (vLLM), ``~/.s3cfg`` [default] (access_key,
+    secret_key; with its host_base and use_https), the AWS chain (AWS_*
+    variables, AWS_PROFILE, ~/.aws/credentials and ~/.aws/config, web
+    identity, containers; EC2 metadata only on EC2), else anonymous. The
+    endpoint: s3_endpoint, S3_ENDPOINT_URL, .s3cfg host_base (when its keys
+    were used), AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's
+    endpoint_url, else AWS.
+    """
+
+    s3_endpoint: str | None
+    s3_access_key_id: str | None
+    s3_secret_access_key: str | None
+    s3_session_token: str | None
+    s3_region: str | None
+    s3_profile: str | None
+    s3_config_path: str | PathLike[str] | None
+    s3_addressing: Literal["auto", "path", "virtual"] | None
+    ca_bundle: str | PathLike[str] | None
+    s3_anonymous: bool | None
+    max_attempts: int | None
+    deadline_seconds: float | None
+
 class Reader:
-    """An opened tensorizer file: header and index fetched and validated."""
+    """An opened tensorizer file: header and index fetched and validated.
+
+    ``uri``: a local path or ``file://`` URL, ``s3://bucket/key``, or an
+    ``http(s)://`` URL (presigned URLs work; the server must honour Range;
+    query strings never appear in errors). Every read after the first is
+    pinned to the object's ETag (If-Match), or to Last-Modified for HTTP
+    servers without ETags, so a changed object raises ObjectChangedError.
+    Errors: NotFoundError, AuthError (names the credential source, never
+    the secret), ThrottledError, ObjectChangedError, StorageError,
+    FormatError; messages name the URI and byte range.
+    """
 
     uri: str
     file_size: int
     version: int
     encrypted: bool
-    def __init__(self, uri: str) -> None: ...
+    def __init__(self, uri: str, **opts: Unpack[SourceOptions]) -> None: ...
     def entries(self) -> list[EntryTuple]: ...
     def load(
         self,
@@ -44,8 +104,11 @@ class Reader:
         Each buffer must be writable, C-contiguous and exactly the tensor's
         byte size (meta tensors are zero-filled). Releases the GIL while it
         waits; Ctrl-C cancels and raises KeyboardInterrupt. On any error no
-        buffer should be trusted. Returns stats: bytes_fetched, requests,
-        retries, seconds, concurrency, peak_host_bytes.
+        buffer should be trusted. ``concurrency`` (reads in flight) and
+        ``part_size_bytes`` (bytes per ranged read) default per source (16
+        and 16 MiB for S3 and HTTP). Returns stats of this load (discovery
+        not included): bytes_fetched, requests (ranged reads sent, retries
+        included), retries, seconds, concurrency, peak_host_bytes.
         """
 
 def write_file(
@@ -54,10 +117,14 @@ def write_file(
     buffers: Sequence[Buffer],
     *,
     exact_index: bool = False,
+    **opts: Unpack[SourceOptions],
 ) -> int:
-    """Write a tensorizer file; returns its size. ``buffers[i]`` holds tensor
-    i's bytes (empty for meta tensors). Byte-identical to tensorizer 2.12.1
-    unless ``exact_index`` sizes the index exactly (needed past a few thousand
-    tensors)."""
+    """Write a tensorizer file to a local path or ``s3://bucket/key``;
+    returns its size. ``buffers[i]`` holds tensor i's bytes (empty for meta
+    tensors). Byte-identical to tensorizer 2.12.1 unless ``exact_index``
+    sizes the index exactly (needed past a few thousand tensors). A local
+    file is written beside its name and renamed; an S3 object is a streamed
+    multipart upload (one PutObject when small) completed only at the end
+    and aborted on failure, so readers never see half a file."""
 
 def dtype_itemsize(torch_name: str) -> int: ...

@@ -12,7 +12,7 @@ import torch
 
 from . import _torch
 from .errors import FormatError, InvalidArgumentError
-from .reader import LoadStats, TensorFile, check_rank
+from .reader import LoadStats, TensorFile, check_rank, display_uri
 
 # Per-rank URI templates ("model-rank-%03d.tensors", "{rank}") need sharding.
 _TEMPLATE = re.compile(r"\{rank\}|%0?\d*d")
@@ -205,9 +205,10 @@ def load(
     Options are those of ``fastshard.open``.
     """
     started = time.perf_counter()
-    if _TEMPLATE.search(os.fspath(uri)):
+    shown = display_uri(os.fspath(uri))
+    if _TEMPLATE.search(shown.split("?", 1)[0]):
         raise InvalidArgumentError(
-            f"{os.fspath(uri)!r} looks like a per-rank template; per-rank files arrive "
+            f"{shown!r} looks like a per-rank template; per-rank files arrive "
             "with tensor-parallel support"
         )
     check_rank(rank, world_size)

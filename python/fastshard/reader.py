@@ -18,21 +18,30 @@ PathPart = str | int
 NameOrPath = str | Sequence[PathPart]
 StateDict = dict[str, torch.Tensor] | dict[Any, Any] | list[Any]
 
-# Options the native load understands today.
+# Options of one native load (``Reader.load``).
 _LOAD_OPTS = frozenset({"verify_hash", "concurrency", "part_size_bytes"})
-# Part of the public contract but implemented by later work; refusing them
-# beats silently ignoring e.g. an encryption key.
-_LATER_OPTS = frozenset(
+# Options of the source (``Reader(uri, **opts)``, ``write_file``): where an
+# S3 object or URL is, which credentials to use, how hard to retry.
+SOURCE_OPTS = frozenset(
     {
-        "max_host_bytes",
-        "encryption",
         "s3_endpoint",
         "s3_access_key_id",
         "s3_secret_access_key",
+        "s3_session_token",
         "s3_region",
-        "progress",
+        "s3_profile",
+        "s3_config_path",
+        "s3_addressing",
+        "ca_bundle",
+        "s3_anonymous",
+        "max_attempts",
+        "deadline_seconds",
     }
 )
+_PATH_OPTS = frozenset({"s3_config_path", "ca_bundle"})
+# Part of the public contract but implemented by later work; refusing them
+# beats silently ignoring e.g. an encryption key.
+LATER_OPTS = frozenset({"max_host_bytes", "encryption", "progress"})
 
 
 @dataclass(frozen=True)
@@ -83,19 +92,51 @@ def check_rank(rank: int | None, world_size: int | None) -> None:
         )
 
 
-def split_options(opts: dict[str, Any]) -> dict[str, Any]:
-    """Validate open options; return the ones passed on to native loads."""
+def display_uri(uri: str) -> str:
+    """``uri`` safe to show: a URL loses its query string (a presigned
+    URL's signature is a credential), fragment and user info."""
+    if "://" not in uri or uri.startswith("s3://"):
+        return uri
+    scheme, rest = uri.split("://", 1)
+    rest, query, _ = rest.partition("?")
+    rest = rest.split("#", 1)[0]
+    host, slash, path = rest.partition("/")
+    host = host.rpartition("@")[2]
+    return f"{scheme}://{host}{slash}{path}" + ("?…" if query else "")
+
+
+def source_options(opts: dict[str, Any]) -> dict[str, Any]:
+    """The source options among ``opts``, checked and normalised (paths as
+    str, ``None`` dropped so the native layer looks the value up itself)."""
+    out: dict[str, Any] = {}
+    for key, value in opts.items():
+        if key not in SOURCE_OPTS or value is None:
+            continue
+        if key in _PATH_OPTS:
+            if not isinstance(value, (str, os.PathLike)):
+                raise InvalidArgumentError(f"{key} must be a path, not {type(value).__name__}")
+            value = os.fspath(value)
+        elif key == "s3_anonymous":
+            value = bool(value)
+        out[key] = value
+    return out
+
+
+def split_options(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Validate open options; return (source options, load options)."""
     load_opts: dict[str, Any] = {}
     for key, value in opts.items():
         if key in _LOAD_OPTS:
             load_opts[key] = value
-        elif key in _LATER_OPTS:
+        elif key in SOURCE_OPTS:
+            pass
+        elif key in LATER_OPTS:
             raise UnsupportedError(f"option {key!r} is not supported yet by this build")
         else:
             raise InvalidArgumentError(f"unknown option {key!r}")
     if "verify_hash" in load_opts:
         load_opts["verify_hash"] = bool(load_opts["verify_hash"])
-    return load_opts
+    return source_options(opts), load_opts
 
 
 class TensorFile:
@@ -103,9 +144,11 @@ class TensorFile:
     bytes only when loaded. Use as a context manager."""
 
     def __init__(self, uri: str | os.PathLike[str], **opts: Any) -> None:
-        self._load_opts = split_options(opts)
-        self.uri = os.fspath(uri)
-        self._reader: _native.Reader | None = _native.Reader(self.uri)
+        source_opts, self._load_opts = split_options(opts)
+        # Credentials and presigned URLs go to the native source and are not
+        # kept here: ``uri`` is the redacted form used in messages.
+        self._reader: _native.Reader | None = _native.Reader(os.fspath(uri), **source_opts)
+        self.uri: str = self._reader.uri
         self.version: int = self._reader.version
         self.file_size: int = self._reader.file_size
         self.stats = LoadStats()
@@ -324,10 +367,27 @@ def _retype(node: dict[PathPart, Any], uri: str | None) -> StateDict:
 
 
 def open(uri: str | os.PathLike[str], **opts: Any) -> TensorFile:  # noqa: A001
-    """Open a tensorizer file (a local path for now) and read its index.
+    """Open a tensorizer file and read its header and index.
 
-    Options: ``verify_hash`` (check CRC32 and SHA-256 of every tensor loaded),
-    ``concurrency``, ``part_size_bytes``.
+    ``uri`` is a local path (or ``file://``), ``s3://bucket/key``, or an
+    ``http(s)://`` URL (a presigned URL works; the server must honour Range).
+
+    Load options: ``verify_hash`` (check CRC32 and SHA-256 of every tensor
+    loaded), ``concurrency`` (ranged reads in flight), ``part_size_bytes``
+    (bytes per read).
+
+    Source options (S3 and HTTP): ``s3_endpoint``, ``s3_access_key_id`` and
+    ``s3_secret_access_key`` (both or neither), ``s3_session_token``,
+    ``s3_region``, ``s3_profile`` (an AWS profile), ``s3_config_path`` (an
+    s3cmd config to read instead of ``~/.s3cfg``), ``s3_addressing``
+    (``"auto"``, ``"path"`` or ``"virtual"``), ``ca_bundle`` (PEM file of
+    trusted CAs), ``s3_anonymous`` (send unsigned requests), ``max_attempts``
+    (per ranged read, the first included; only 5xx, 503 SlowDown, resets,
+    timeouts and short bodies are retried) and ``deadline_seconds`` (stop
+    retrying this many seconds after ``open``). Whatever is not given is looked up in this order:
+    explicit options, ``S3_ACCESS_KEY_ID``/``S3_SECRET_ACCESS_KEY``/
+    ``S3_ENDPOINT_URL`` (vLLM's), ``~/.s3cfg`` ``[default]``, the AWS
+    variables, profiles and files, and finally anonymous access.
     """
     return TensorFile(uri, **opts)
 

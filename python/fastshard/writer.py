@@ -11,6 +11,7 @@ import torch
 
 from . import _native, _torch
 from .errors import InvalidArgumentError, UnsupportedError
+from .reader import LATER_OPTS, SOURCE_OPTS, source_options
 
 PathPart = str | int
 _Spec = tuple[str | list[PathPart], int, int, torch.Tensor]  # name, type, module idx
@@ -63,6 +64,7 @@ def save(
     uri: str | os.PathLike[str],
     *,
     exact_index: bool | None = None,
+    **opts: Any,
 ) -> int:
     """Write a tensorizer file; returns its size in bytes.
 
@@ -72,11 +74,20 @@ def save(
     fixed 256 KiB index and, when the names do not fit in it (a few thousand
     tensors), writes an exact-size index instead (tensorizer reads both; only
     its writer has the limit). ``True``/``False`` force one or the other.
-    Local paths only for now.
+
+    ``uri`` is a local path (written to a temporary sibling, then renamed) or
+    ``s3://bucket/key`` (a streamed multipart upload, completed only once
+    the whole file is sent; nothing is staged on local disk). ``opts`` are
+    the source options of ``fastshard.open`` (``s3_endpoint``, credentials,
+    ``s3_region``, ``max_attempts``, ...).
     """
     path = os.fspath(uri)
-    if "://" in path:
-        raise UnsupportedError(f"{path}: only local paths can be written for now", uri=path)
+    for key in opts:
+        if key in LATER_OPTS:
+            raise UnsupportedError(f"option {key!r} is not supported yet by this build")
+        if key not in SOURCE_OPTS:
+            raise InvalidArgumentError(f"unknown option {key!r} for save")
+    native_opts = source_options(opts)
     if isinstance(state_dict_or_module, torch.nn.Module):
         entries = list(_module_specs(state_dict_or_module))
     else:
@@ -99,10 +110,12 @@ def save(
         buffers.append(data)
         owners.append(owner)
     if exact_index is not None:
-        return _native.write_file(path, specs, buffers, exact_index=exact_index)
+        return _native.write_file(path, specs, buffers, exact_index=exact_index, **native_opts)
     try:
-        return _native.write_file(path, specs, buffers, exact_index=False)
-    except InvalidArgumentError:
-        # Most likely tensorizer's index overflowed; any other problem
-        # raises again from the exact-size attempt.
-        return _native.write_file(path, specs, buffers, exact_index=True)
+        return _native.write_file(path, specs, buffers, exact_index=False, **native_opts)
+    except InvalidArgumentError as e:
+        # tensorizer's fixed index overflowed (found while planning, before
+        # any byte is written or uploaded); other problems raise as they are.
+        if "exact index" not in str(e):
+            raise
+        return _native.write_file(path, specs, buffers, exact_index=True, **native_opts)

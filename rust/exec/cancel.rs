@@ -1,5 +1,6 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
@@ -7,10 +8,12 @@ use crate::error::{Error, Result};
 /// between chunks, so cancelling takes effect within one chunk's time.
 /// A child token also reads as cancelled when its parent is, which lets one
 /// failed part stop its siblings without touching the caller's token.
+/// A token may carry the operation's deadline, which retries respect.
 #[derive(Debug, Clone, Default)]
 pub struct CancelToken {
     flag: Arc<AtomicBool>,
     parent: Option<Arc<CancelToken>>,
+    deadline: Option<Instant>,
 }
 
 impl CancelToken {
@@ -22,7 +25,27 @@ impl CancelToken {
         CancelToken {
             flag: Arc::default(),
             parent: Some(Arc::new(self.clone())),
+            deadline: self.deadline,
         }
+    }
+
+    /// A child whose operation must end within `budget` from now (the
+    /// earlier of this and any inherited deadline wins).
+    pub fn child_with_budget(&self, budget: Option<Duration>) -> Self {
+        let mut child = self.child();
+        if let Some(b) = budget {
+            let d = Instant::now() + b;
+            child.deadline = Some(child.deadline.map_or(d, |p| p.min(d)));
+        }
+        child
+    }
+
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    pub fn past_deadline(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
     pub fn cancel(&self) {

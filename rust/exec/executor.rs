@@ -80,6 +80,16 @@ pub fn execute(
             if outer.is_cancelled() || stop.is_cancelled() {
                 break;
             }
+            if outer.past_deadline() {
+                // Parts already running finish or fail on their own; no new
+                // ones start once the operation is out of time.
+                first_err.get_or_insert(Error::new(
+                    ErrorKind::Network,
+                    "deadline passed before the load finished",
+                ));
+                stop.cancel();
+                break;
+            }
             // Reap finished parts while waiting, so errors stop us early.
             let permit = loop {
                 tokio::select! {

@@ -157,7 +157,11 @@ impl RangeSource for FileSource {
         &self.uri
     }
 
-    fn discover(&self, len: u64) -> BoxFuture<'_, Result<Discovery>> {
+    fn discover<'a>(
+        &'a self,
+        len: u64,
+        _cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Discovery>> {
         Box::pin(async move {
             let n = len.min(self.size) as usize;
             let mut prefix = vec![0u8; n];
@@ -169,7 +173,12 @@ impl RangeSource for FileSource {
         })
     }
 
-    fn read_range(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<Vec<u8>>> {
+    fn read_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        _cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Vec<u8>>> {
         Box::pin(async move {
             let end = offset.saturating_add(len);
             if end > self.size {

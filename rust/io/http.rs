@@ -58,11 +58,12 @@ impl HttpSource {
             .no_gzip()
             .user_agent(concat!("fastshard/", env!("CARGO_PKG_VERSION")));
         if let Some(ca) = ca_bundle {
-            let pem =
-                std::fs::read(ca).map_err(|e| Error::from_io(e, "cannot read the CA bundle"))?;
-            let cert = reqwest::Certificate::from_pem(&pem)
+            let pem = super::tls::read_ca_bundle(ca).map_err(|e| e.with_uri(&shown))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
                 .map_err(|e| Error::invalid(format!("bad CA bundle: {e}")))?;
-            builder = builder.add_root_certificate(cert);
+            for cert in certs {
+                builder = builder.add_root_certificate(cert);
+            }
         }
         let client = builder.build().map_err(|e| {
             Error::invalid(format!("cannot build HTTP client: {e}")).with_uri(&shown)
@@ -118,7 +119,12 @@ impl HttpSource {
         Ok(())
     }
 
-    async fn get_bytes(&self, start: u64, len: u64) -> Result<(Vec<u8>, Option<u64>, HeaderMap)> {
+    async fn get_bytes(
+        &self,
+        start: u64,
+        len: u64,
+        cancel: &CancelToken,
+    ) -> Result<(Vec<u8>, Option<u64>, HeaderMap)> {
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -150,8 +156,8 @@ impl HttpSource {
             match once.await {
                 Ok(v) => return Ok(v),
                 Err(e) => {
-                    let delay = self.policy.next_delay(attempt, e)?;
-                    tokio::time::sleep(delay).await;
+                    let delay = self.policy.next_delay(attempt, e, cancel.deadline())?;
+                    self.policy.wait(delay, cancel).await?;
                 }
             }
         }
@@ -170,6 +176,10 @@ fn transport_error(e: &reqwest::Error) -> Error {
     } else {
         "HTTP request failed"
     };
+    if super::tls::is_certificate_error(&text) {
+        // Not transient: retrying an untrusted certificate only delays the error.
+        return Error::new(ErrorKind::Io, format!("TLS verification failed: {text}"));
+    }
     Error::new(ErrorKind::Network, format!("{what}: {text}"))
 }
 
@@ -227,9 +237,13 @@ impl RangeSource for HttpSource {
         &self.shown
     }
 
-    fn discover(&self, len: u64) -> BoxFuture<'_, Result<Discovery>> {
+    fn discover<'a>(
+        &'a self,
+        len: u64,
+        cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Discovery>> {
         Box::pin(async move {
-            let (prefix, total, headers) = self.get_bytes(0, len.max(1)).await?;
+            let (prefix, total, headers) = self.get_bytes(0, len.max(1), cancel).await?;
             let size = total.ok_or_else(|| {
                 Error::new(
                     ErrorKind::Network,
@@ -249,9 +263,14 @@ impl RangeSource for HttpSource {
         })
     }
 
-    fn read_range(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<Vec<u8>>> {
+    fn read_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Vec<u8>>> {
         Box::pin(async move {
-            let (bytes, _, _) = self.get_bytes(offset, len).await?;
+            let (bytes, _, _) = self.get_bytes(offset, len, cancel).await?;
             if bytes.len() as u64 != len {
                 return Err(Error::format(format!(
                     "object is truncated: asked for {len} bytes, got {}",

@@ -27,7 +27,11 @@ impl RangeSource for MockSource {
         "mock://object"
     }
 
-    fn discover(&self, len: u64) -> BoxFuture<'_, Result<Discovery>> {
+    fn discover<'a>(
+        &'a self,
+        len: u64,
+        _cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Discovery>> {
         Box::pin(async move {
             let n = (len as usize).min(self.bytes.len());
             Ok(Discovery {
@@ -37,7 +41,12 @@ impl RangeSource for MockSource {
         })
     }
 
-    fn read_range(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<Vec<u8>>> {
+    fn read_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        _cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Vec<u8>>> {
         Box::pin(async move {
             let (s, e) = (offset as usize, (offset + len) as usize);
             self.bytes

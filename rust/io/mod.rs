@@ -9,6 +9,7 @@ pub(crate) mod mock;
 pub mod retry;
 pub mod s3;
 mod sink;
+pub mod tls;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -47,10 +48,19 @@ pub trait RangeSource: Send + Sync + 'static {
     fn uri(&self) -> &str;
 
     /// Reads up to `len` bytes from offset 0 and learns the object's size.
-    fn discover(&self, len: u64) -> BoxFuture<'_, Result<Discovery>>;
+    fn discover<'a>(
+        &'a self,
+        len: u64,
+        cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Discovery>>;
 
     /// Reads exactly `len` bytes at `offset` into a new buffer.
-    fn read_range(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<Vec<u8>>>;
+    fn read_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Vec<u8>>>;
 
     /// Fetches `part` into `dest`. Must not return before every write into
     /// `dest` it started has finished, even on error or cancellation.
@@ -74,6 +84,8 @@ pub trait RangeSource: Send + Sync + 'static {
 pub struct SourceOptions {
     pub s3: S3Options,
     pub retry: RetryPolicy,
+    /// Time budget of each load from this source, counted from its start.
+    pub deadline: Option<std::time::Duration>,
 }
 
 /// Opens the source a URI names: `s3://bucket/key`, `http(s)://…`,

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::exec::CancelToken;
 
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
@@ -13,8 +14,6 @@ pub struct RetryPolicy {
     pub max_attempts: u32,
     pub base_delay: Duration,
     pub max_delay: Duration,
-    /// The whole load gives up at this instant, whatever the attempts left.
-    pub deadline: Option<Instant>,
 }
 
 impl Default for RetryPolicy {
@@ -23,7 +22,6 @@ impl Default for RetryPolicy {
             max_attempts: 10,
             base_delay: Duration::from_millis(50),
             max_delay: Duration::from_secs(5),
-            deadline: None,
         }
     }
 }
@@ -47,21 +45,44 @@ impl RetryPolicy {
     }
 
     /// Decides after failed attempt number `attempt` (1-based): the delay to
-    /// wait, or the error to give up with.
-    pub fn next_delay(&self, attempt: u32, err: Error) -> Result<Duration> {
+    /// wait, or the error to give up with. A retry that would end past the
+    /// operation's deadline is not started.
+    pub fn next_delay(
+        &self,
+        attempt: u32,
+        err: Error,
+        deadline: Option<Instant>,
+    ) -> Result<Duration> {
         if !is_transient(err.kind()) || attempt >= self.max_attempts {
             return Err(err);
         }
         let delay = self.backoff(attempt);
-        if let Some(deadline) = self.deadline {
-            if Instant::now() + delay >= deadline {
-                return Err(Error::new(
-                    err.kind(),
-                    format!("load deadline passed while retrying: {}", err.message()),
-                ));
+        if deadline.is_some_and(|d| Instant::now() + delay >= d) {
+            let msg = format!("deadline passed while retrying: {}", err.message());
+            let mut out = Error::new(err.kind(), msg);
+            if let Some(r) = err.range() {
+                out = out.with_range(r);
             }
+            if let Some(t) = err.tensor() {
+                out = out.with_tensor(t);
+            }
+            return Err(out);
         }
         Ok(delay)
+    }
+
+    /// Waits out a backoff, waking early (with `Cancelled`) when the load is
+    /// cancelled, so a deadline or Ctrl-C is not held up by a long backoff.
+    pub async fn wait(&self, delay: Duration, cancel: &CancelToken) -> Result<()> {
+        let until = Instant::now() + delay;
+        loop {
+            cancel.check()?;
+            let now = Instant::now();
+            if now >= until {
+                return Ok(());
+            }
+            tokio::time::sleep((until - now).min(Duration::from_millis(50))).await;
+        }
     }
 }
 
@@ -81,10 +102,10 @@ mod tests {
     fn only_transient_errors_retry() {
         let p = RetryPolicy::default();
         assert!(p
-            .next_delay(1, Error::new(ErrorKind::Network, "reset"))
+            .next_delay(1, Error::new(ErrorKind::Network, "reset"), None)
             .is_ok());
         assert!(p
-            .next_delay(1, Error::new(ErrorKind::Throttled, "slow down"))
+            .next_delay(1, Error::new(ErrorKind::Throttled, "slow down"), None)
             .is_ok());
         for kind in [
             ErrorKind::Auth,
@@ -92,33 +113,45 @@ mod tests {
             ErrorKind::Changed,
             ErrorKind::Format,
         ] {
-            let e = p.next_delay(1, Error::new(kind, "no")).unwrap_err();
+            let e = p.next_delay(1, Error::new(kind, "no"), None).unwrap_err();
             assert_eq!(e.kind(), kind);
         }
     }
 
     #[test]
-    fn attempts_and_deadline_bound_retries() {
+    fn attempts_bound_retries() {
         let p = RetryPolicy {
             max_attempts: 3,
             ..Default::default()
         };
-        assert!(p.next_delay(2, Error::new(ErrorKind::Network, "x")).is_ok());
         assert!(p
-            .next_delay(3, Error::new(ErrorKind::Network, "x"))
+            .next_delay(2, Error::new(ErrorKind::Network, "x"), None)
+            .is_ok());
+        assert!(p
+            .next_delay(3, Error::new(ErrorKind::Network, "x"), None)
             .is_err());
-        let p = RetryPolicy {
-            deadline: Some(Instant::now()),
-            base_delay: Duration::from_secs(1),
-            ..Default::default()
-        };
-        // Jitter may pick zero; a deadline already passed must still stop us.
-        let mut stopped = false;
-        for _ in 0..20 {
-            stopped |= p
-                .next_delay(1, Error::new(ErrorKind::Network, "x"))
-                .is_err();
-        }
-        assert!(stopped);
+        let passed = Some(Instant::now());
+        let e = p
+            .next_delay(
+                1,
+                Error::new(ErrorKind::Throttled, "x").with_range(1..2),
+                passed,
+            )
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Throttled);
+        assert!(e.message().contains("deadline"));
+        assert_eq!(e.range(), Some(1..2));
+    }
+
+    #[test]
+    fn waiting_stops_when_cancelled() {
+        let cancel = CancelToken::new();
+        cancel.cancel();
+        let rt = crate::exec::runtime().unwrap();
+        let p = RetryPolicy::default();
+        let started = Instant::now();
+        let r = rt.block_on(p.wait(Duration::from_secs(10), &cancel));
+        assert_eq!(r.unwrap_err().kind(), ErrorKind::Cancelled);
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 }

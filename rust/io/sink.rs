@@ -119,9 +119,9 @@ pub async fn read_part_retrying<S: Streamer + ?Sized>(
             Err(e) => e,
         };
         let err = err.with_range(part.start..part.end);
-        let delay: Duration = policy.next_delay(attempt, err)?;
+        let delay: Duration = policy.next_delay(attempt, err, cancel.deadline())?;
         stats.retries += 1;
-        tokio::time::sleep(delay).await;
+        policy.wait(delay, cancel).await?;
     }
 }
 

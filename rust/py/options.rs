@@ -1,7 +1,7 @@
 //! Source options from Python keyword arguments, shared by reads and saves.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -73,7 +73,7 @@ pub fn parse(opts: Option<&Bound<'_, PyDict>>) -> PyResult<SourceOptions> {
                 "deadline_seconds must be a non-negative number",
             ))
         })?;
-        retry.deadline = Some(Instant::now() + d);
+        out.deadline = Some(d);
     }
     out.retry = retry;
     Ok(out)

@@ -14,7 +14,7 @@ use aws_sdk_s3::Client;
 use aws_smithy_http_client::tls;
 
 use super::config::{CredentialSource, Resolved};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 
 /// Connections are cheap to open on a LAN and slow ones should fail over to
 /// a retry, not hang a load.
@@ -83,7 +83,7 @@ pub async fn build_client(res: &Resolved) -> Result<(Client, CredentialSource)> 
         loader = loader.endpoint_url(endpoint);
     }
     if let Some(ca) = &res.ca_bundle {
-        let pem = std::fs::read(ca).map_err(|e| Error::from_io(e, "cannot read the CA bundle"))?;
+        let pem = crate::io::tls::read_ca_bundle(ca)?;
         let ctx = tls::TlsContext::builder()
             .with_trust_store(tls::TrustStore::default().with_pem_certificate(pem))
             .build()
@@ -133,6 +133,5 @@ pub async fn build_client(res: &Resolved) -> Result<(Client, CredentialSource)> 
         // Nothing says where to go; AWS's global endpoint still works.
         conf = conf.region(Region::new("us-east-1"));
     }
-    let _ = ErrorKind::Auth;
     Ok((Client::from_conf(conf.build()), source))
 }

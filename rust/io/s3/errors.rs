@@ -14,7 +14,8 @@ where
     let (kind, msg) = match &err {
         SdkError::ServiceError(se) => {
             let code = se.err().code().unwrap_or("");
-            let status = Some(se.raw().status().as_u16());
+            let http = se.raw().status().as_u16();
+            let status = Some(http);
             let kind = match (status, code) {
                 (_, "NoSuchKey" | "NoSuchBucket" | "NotFound") | (Some(404), _) => {
                     ErrorKind::NotFound
@@ -45,7 +46,11 @@ where
                     "the object changed while it was being read (ETag no longer matches)"
                         .to_string()
                 }
-                _ => format!("S3 request failed: {}", DisplayErrorContext(&err)),
+                _ => format!(
+                    "S3 request failed: HTTP {} {code}: {}",
+                    http,
+                    se.err().message().unwrap_or("")
+                ),
             };
             (kind, msg)
         }
@@ -57,6 +62,8 @@ where
                     ErrorKind::Auth,
                     format!("could not get credentials: {text}"),
                 )
+            } else if crate::io::tls::is_certificate_error(&text) {
+                (ErrorKind::Io, format!("TLS verification failed: {text}"))
             } else if df.is_timeout() || df.is_io() {
                 (ErrorKind::Network, format!("S3 connection failed: {text}"))
             } else {

@@ -8,7 +8,7 @@ pub mod config;
 mod errors;
 mod upload;
 
-pub use upload::MultipartWriter;
+pub use upload::{MultipartWriter, UploadTarget};
 
 use std::sync::{Arc, OnceLock};
 
@@ -54,7 +54,7 @@ const UPLOAD_PART: usize = 64 * 1024 * 1024;
 
 /// A writer that uploads an object to `uri` (blocking; call from outside
 /// the runtime). Nothing is visible until `finish` succeeds.
-pub fn upload_writer(uri: &str, opts: &S3Options) -> Result<MultipartWriter> {
+pub fn upload_writer(uri: &str, opts: &S3Options, policy: RetryPolicy) -> Result<MultipartWriter> {
     let (bucket, key) = parse_uri(uri)?;
     let resolved = config::resolve(opts, &EnvSnapshot::capture()).map_err(|e| e.with_uri(uri))?;
     let rt = crate::exec::runtime()?;
@@ -63,11 +63,14 @@ pub fn upload_writer(uri: &str, opts: &S3Options) -> Result<MultipartWriter> {
         .map_err(|e| e.with_uri(uri))?;
     Ok(MultipartWriter::new(
         rt,
-        client,
-        bucket,
-        key,
-        uri.to_string(),
-        creds,
+        UploadTarget {
+            client,
+            bucket,
+            key,
+            uri: uri.to_string(),
+            creds,
+        },
+        policy,
         UPLOAD_PART,
     ))
 }
@@ -125,6 +128,7 @@ impl S3Source {
         &self,
         start: u64,
         len: u64,
+        cancel: &CancelToken,
     ) -> Result<(Vec<u8>, Option<u64>, Option<String>)> {
         let mut attempt = 0;
         loop {
@@ -132,8 +136,8 @@ impl S3Source {
             match self.get_bytes_once(start, len).await {
                 Ok(v) => return Ok(v),
                 Err(e) => {
-                    let delay = self.policy.next_delay(attempt, e)?;
-                    tokio::time::sleep(delay).await;
+                    let delay = self.policy.next_delay(attempt, e, cancel.deadline())?;
+                    self.policy.wait(delay, cancel).await?;
                 }
             }
         }
@@ -192,9 +196,13 @@ impl RangeSource for S3Source {
         &self.uri
     }
 
-    fn discover(&self, len: u64) -> BoxFuture<'_, Result<Discovery>> {
+    fn discover<'a>(
+        &'a self,
+        len: u64,
+        cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Discovery>> {
         Box::pin(async move {
-            let (prefix, total, etag) = self.get_bytes(0, len.max(1)).await?;
+            let (prefix, total, etag) = self.get_bytes(0, len.max(1), cancel).await?;
             let size = total.ok_or_else(|| {
                 Error::new(
                     ErrorKind::Network,
@@ -207,9 +215,14 @@ impl RangeSource for S3Source {
         })
     }
 
-    fn read_range(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<Vec<u8>>> {
+    fn read_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Vec<u8>>> {
         Box::pin(async move {
-            let (bytes, _, _) = self.get_bytes(offset, len).await?;
+            let (bytes, _, _) = self.get_bytes(offset, len, cancel).await?;
             if bytes.len() as u64 != len {
                 return Err(Error::format(format!(
                     "object is truncated: asked for {len} bytes, got {}",

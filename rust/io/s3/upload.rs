@@ -9,6 +9,7 @@ use std::sync::Arc;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use aws_sdk_s3::Client;
+use bytes::Bytes;
 use tokio::runtime::Runtime;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
@@ -16,9 +17,20 @@ use tokio::task::JoinSet;
 use super::config::CredentialSource;
 use super::errors;
 use crate::error::{Error, ErrorKind, Result};
+use crate::exec::CancelToken;
+use crate::io::retry::RetryPolicy;
 
 /// Parts uploaded at once; each holds `part_size` bytes in memory.
 const IN_FLIGHT: usize = 4;
+
+/// Where an upload goes and as whom.
+pub struct UploadTarget {
+    pub client: Client,
+    pub bucket: String,
+    pub key: String,
+    pub uri: String,
+    pub creds: CredentialSource,
+}
 
 pub struct MultipartWriter {
     rt: Arc<Runtime>,
@@ -27,6 +39,7 @@ pub struct MultipartWriter {
     key: String,
     uri: String,
     creds: CredentialSource,
+    policy: RetryPolicy,
     part_size: usize,
     buf: Vec<u8>,
     upload_id: Option<String>,
@@ -41,15 +54,19 @@ impl MultipartWriter {
     /// Must be used from outside the runtime (it blocks on it).
     pub fn new(
         rt: Arc<Runtime>,
-        client: Client,
-        bucket: String,
-        key: String,
-        uri: String,
-        creds: CredentialSource,
+        target: UploadTarget,
+        policy: RetryPolicy,
         part_size: usize,
     ) -> Self {
         // S3 requires every part but the last to be at least 5 MiB.
         let part_size = part_size.max(5 * 1024 * 1024);
+        let UploadTarget {
+            client,
+            bucket,
+            key,
+            uri,
+            creds,
+        } = target;
         MultipartWriter {
             rt,
             client,
@@ -57,6 +74,7 @@ impl MultipartWriter {
             key,
             uri,
             creds,
+            policy,
             part_size,
             buf: Vec::with_capacity(part_size),
             upload_id: None,
@@ -72,20 +90,27 @@ impl MultipartWriter {
         e.with_uri(&self.uri)
     }
 
+    fn parts_of_request(&self) -> (Client, String, String, CredentialSource) {
+        (
+            self.client.clone(),
+            self.bucket.clone(),
+            self.key.clone(),
+            self.creds,
+        )
+    }
+
     fn start_upload(&mut self) -> Result<String> {
         if let Some(id) = &self.upload_id {
             return Ok(id.clone());
         }
+        let (client, bucket, key, creds) = self.parts_of_request();
         let out = self
             .rt
-            .block_on(
-                self.client
-                    .create_multipart_upload()
-                    .bucket(&self.bucket)
-                    .key(&self.key)
-                    .send(),
-            )
-            .map_err(|e| self.err(errors::map(e, self.creds)))?;
+            .block_on(retrying(&self.policy, || {
+                let req = client.create_multipart_upload().bucket(&bucket).key(&key);
+                async move { req.send().await.map_err(|e| errors::map(e, creds)) }
+            }))
+            .map_err(|e| self.err(e))?;
         let id = out
             .upload_id()
             .ok_or_else(|| self.err(Error::new(ErrorKind::Io, "the store returned no upload id")))?
@@ -100,33 +125,33 @@ impl MultipartWriter {
             return Err(e);
         }
         let upload_id = self.start_upload()?;
-        let body = std::mem::replace(&mut self.buf, Vec::with_capacity(self.part_size));
+        let body = Bytes::from(std::mem::replace(
+            &mut self.buf,
+            Vec::with_capacity(self.part_size),
+        ));
         let number = self.next_part;
         self.next_part += 1;
         let permit = self
             .rt
             .block_on(Arc::clone(&self.permits).acquire_owned())
             .map_err(|_| Error::new(ErrorKind::Io, "upload pool closed"))?;
-        let (client, bucket, key, creds) = (
-            self.client.clone(),
-            self.bucket.clone(),
-            self.key.clone(),
-            self.creds,
-        );
+        let (client, bucket, key, creds) = self.parts_of_request();
+        let policy = self.policy;
         let _guard = self.rt.enter();
         self.tasks.spawn(async move {
             let len = body.len() as i64;
-            let out = client
-                .upload_part()
-                .bucket(bucket)
-                .key(key)
-                .upload_id(upload_id)
-                .part_number(number)
-                .content_length(len)
-                .body(ByteStream::from(body))
-                .send()
-                .await
-                .map_err(|e| errors::map(e, creds))?;
+            let out = retrying(&policy, || {
+                let req = client
+                    .upload_part()
+                    .bucket(&bucket)
+                    .key(&key)
+                    .upload_id(&upload_id)
+                    .part_number(number)
+                    .content_length(len)
+                    .body(ByteStream::from(body.clone()));
+                async move { req.send().await.map_err(|e| errors::map(e, creds)) }
+            })
+            .await?;
             drop(permit);
             Ok((number, out.e_tag().map(str::to_string)))
         });
@@ -173,21 +198,22 @@ impl MultipartWriter {
     fn finish_inner(&mut self) -> Result<()> {
         if self.upload_id.is_none() {
             // Small object: one PUT, no multipart bookkeeping.
-            let body = std::mem::take(&mut self.buf);
+            let body = Bytes::from(std::mem::take(&mut self.buf));
             let len = body.len() as i64;
+            let (client, bucket, key, creds) = self.parts_of_request();
             return self
                 .rt
-                .block_on(
-                    self.client
+                .block_on(retrying(&self.policy, || {
+                    let req = client
                         .put_object()
-                        .bucket(&self.bucket)
-                        .key(&self.key)
+                        .bucket(&bucket)
+                        .key(&key)
                         .content_length(len)
-                        .body(ByteStream::from(body))
-                        .send(),
-                )
+                        .body(ByteStream::from(body.clone()));
+                    async move { req.send().await.map_err(|e| errors::map(e, creds)) }
+                }))
                 .map(|_| ())
-                .map_err(|e| self.err(errors::map(e, self.creds)));
+                .map_err(|e| self.err(e));
         }
         if !self.buf.is_empty() {
             self.flush_part()?;
@@ -262,6 +288,27 @@ impl Drop for MultipartWriter {
         // Dropped without `finish` (an error upstream): leave nothing behind.
         if self.upload_id.is_some() {
             self.abort();
+        }
+    }
+}
+
+/// Runs one request, retrying transient failures (throttling, 5xx, resets)
+/// as reads do; the request must be rebuildable, hence the closure.
+async fn retrying<T, F, Fut>(policy: &RetryPolicy, mut request: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let cancel = CancelToken::new();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match request().await {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                let delay = policy.next_delay(attempt, e, None)?;
+                policy.wait(delay, &cancel).await?;
+            }
         }
     }
 }

@@ -1,0 +1,288 @@
+"""A fault-injecting HTTP/1.1 proxy for loopback tests: in front of nginx
+or SeaweedFS it answers 503 SlowDown, resets connections and truncates
+bodies on a seeded schedule, and logs every request it saw."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import socket
+import struct
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+SLOW_DOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+    b"<Message>Please reduce your request rate.</Message></Error>"
+)
+
+
+@dataclass
+class Faults:
+    """Chances per request, drawn in arrival order from a seeded generator."""
+
+    throttle: float = 0.0  # answer 503 SlowDown without forwarding
+    reset: float = 0.0  # reset the connection without answering
+    truncate: float = 0.0  # forward the head and half the body, then reset
+
+
+@dataclass
+class ProxyLog:
+    requests: int = 0
+    forwarded: int = 0
+    throttled: int = 0
+    resets: int = 0
+    truncated: int = 0
+    seen: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+
+
+class FaultProxy:
+    """A threaded HTTP/1.1 proxy on 127.0.0.1 in front of ``upstream``.
+
+    Requests are forwarded byte for byte (Host, Range, If-Match and the
+    SigV4 Authorization untouched, so signatures stay valid), over one
+    upstream connection per client connection. ``faults`` decides each
+    request's fate on a seeded schedule; it can be changed while running.
+    """
+
+    def __init__(self, upstream_port: int, faults: Faults | None = None, seed: int = 0) -> None:
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.faults = faults or Faults()
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self.log = ProxyLog()
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(128)
+        self.port: int = self._sock.getsockname()[1]
+        self._closing = False
+        self._conns: set[socket.socket] = set()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def set_faults(self, faults: Faults) -> None:
+        with self._lock:
+            self.faults = faults
+
+    def reset_log(self) -> ProxyLog:
+        with self._lock:
+            old, self.log = self.log, ProxyLog()
+        return old
+
+    def close(self) -> None:
+        self._closing = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        with self._lock:
+            conns = list(self._conns)
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.close()
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals --
+    def _fate(self, method: str, target: str, headers: dict[str, str]) -> str:
+        with self._lock:
+            self.log.requests += 1
+            self.log.seen.append((method, target, headers))
+            r = self._rng.random()
+            f = self.faults
+            if r < f.throttle:
+                self.log.throttled += 1
+                return "throttle"
+            r -= f.throttle
+            if r < f.reset:
+                self.log.resets += 1
+                return "reset"
+            r -= f.reset
+            if r < f.truncate:
+                self.log.truncated += 1
+                return "truncate"
+            self.log.forwarded += 1
+            return "forward"
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            with self._lock:
+                self._conns.add(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        upstream: socket.socket | None = None
+        try:
+            crf = _SockReader(client)
+            urf = None
+            while True:
+                head = _read_head(crf)
+                if head is None:
+                    return
+                line, headers, raw = head
+                method, target = line.split(" ", 2)[:2]
+                body = crf.read(int(headers.get("content-length", "0") or 0))
+                fate = self._fate(method, target, headers)
+                if fate == "throttle":
+                    client.sendall(
+                        b"HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\n"
+                        b"Content-Length: %d\r\nRetry-After: 0\r\n\r\n%s"
+                        % (len(SLOW_DOWN), SLOW_DOWN)
+                    )
+                    continue
+                if fate == "reset":
+                    _reset(client)
+                    return
+                if upstream is None:
+                    upstream = socket.create_connection(self.upstream, timeout=60)
+                    urf = _SockReader(upstream)
+                assert urf is not None
+                upstream.sendall(raw + body)
+                resp = _read_head(urf)
+                if resp is None:
+                    _reset(client)
+                    return
+                status_line, rheaders, rraw = resp
+                status = int(status_line.split(" ", 2)[1])
+                chunked = "chunked" in rheaders.get("transfer-encoding", "").lower()
+                if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+                    length: int | None = 0
+                elif chunked:
+                    length = None
+                elif "content-length" in rheaders:
+                    length = int(rheaders["content-length"])
+                else:
+                    length = -1  # until the upstream closes
+                if fate == "truncate" and length and length > 1:
+                    client.sendall(rraw)
+                    _relay(urf, client, length // 2)
+                    _reset(client)
+                    return
+                client.sendall(rraw)
+                if length is None:
+                    _relay_chunked(urf, client)
+                elif length < 0:
+                    _relay(urf, client, None)
+                    client.close()
+                    return
+                else:
+                    _relay(urf, client, length)
+                if rheaders.get("connection", "").lower() == "close":
+                    client.close()
+                    return
+        except OSError:
+            return
+        finally:
+            with self._lock:
+                self._conns.discard(client)
+            with contextlib.suppress(OSError):
+                client.close()
+            if upstream is not None:
+                with contextlib.suppress(OSError):
+                    upstream.close()
+
+
+class _SockReader:
+    """Buffered reads from a socket without ``makefile`` (whose references
+    would keep the descriptor open when a reset is wanted)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+
+    def _fill(self) -> bool:
+        data = self.sock.recv(1 << 16)
+        self.buf += data
+        return bool(data)
+
+    def readline(self, limit: int = 65537) -> bytes:
+        while True:
+            i = self.buf.find(b"\n")
+            if i >= 0 or len(self.buf) >= limit or not self._fill():
+                n = i + 1 if i >= 0 else len(self.buf)
+                line = bytes(self.buf[:n])
+                del self.buf[:n]
+                return line
+
+    def read(self, n: int) -> bytes:
+        while len(self.buf) < n and self._fill():
+            pass
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def read1(self, n: int) -> bytes:
+        if self.buf:
+            out = bytes(self.buf[:n])
+            del self.buf[:n]
+            return out
+        return self.sock.recv(n)
+
+
+def _read_head(rf: Any) -> tuple[str, dict[str, str], bytes] | None:
+    """Request or status line plus headers (lower-cased names) and raw bytes."""
+    first = rf.readline(65537)
+    while first in (b"\r\n", b"\n"):
+        first = rf.readline(65537)
+    if not first:
+        return None
+    raw = [first]
+    headers: dict[str, str] = {}
+    while True:
+        line = rf.readline(65537)
+        if not line:
+            return None
+        raw.append(line)
+        if line in (b"\r\n", b"\n"):
+            break
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return first.decode("latin-1").rstrip("\r\n"), headers, b"".join(raw)
+
+
+def _relay(rf: Any, out: socket.socket, length: int | None) -> None:
+    left = length
+    while left is None or left > 0:
+        chunk = rf.read1(1 << 20 if left is None else min(left, 1 << 20))
+        if not chunk:
+            if left is None:
+                return
+            raise OSError("upstream closed mid-body")
+        out.sendall(chunk)
+        if left is not None:
+            left -= len(chunk)
+
+
+def _relay_chunked(rf: Any, out: socket.socket) -> None:
+    while True:
+        size_line = rf.readline(65537)
+        out.sendall(size_line)
+        size = int(size_line.split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            while True:  # trailers, then the blank line
+                line = rf.readline(65537)
+                out.sendall(line)
+                if line in (b"\r\n", b"\n", b""):
+                    return
+        _relay(rf, out, size + 2)
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with RST instead of FIN (SO_LINGER 0)."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.close()

@@ -1,0 +1,137 @@
+"""The files the S3/HTTP tests serve: written by the real tensorizer and by
+fastshard, with their source tensors to compare against bit for bit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from conftest import DTYPES, assert_bit_equal, random_tensor, small_net, tensorizer_write
+
+import fastshard
+
+MiB = 1 << 20
+
+
+@dataclass
+class Corpus:
+    """One local file; ``source`` is what was written (a state dict, nested
+    structure or module), ``writer`` "tensorizer" or "fastshard"."""
+
+    name: str
+    path: Path
+    source: Any
+    writer: str
+    uris: dict[str, str] = field(default_factory=dict)  # transport -> URI
+
+    @property
+    def size(self) -> int:
+        return self.path.stat().st_size
+
+    @property
+    def tensor_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in flatten(self.source).values())
+
+
+def flatten(obj: Any, prefix: tuple[Any, ...] = ()) -> dict[tuple[Any, ...], torch.Tensor]:
+    """{path: tensor} of a (nested) state dict, list or module."""
+    if isinstance(obj, torch.nn.Module):
+        return {(k,): v for k, v in obj.state_dict().items()}
+    if isinstance(obj, torch.Tensor):
+        return {prefix: obj}
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+    out: dict[tuple[Any, ...], torch.Tensor] = {}
+    for k, v in items:
+        out.update(flatten(v, (*prefix, k)))
+    return out
+
+
+def assert_same(actual: Any, expected: Any) -> None:
+    """Same structure, names in the same order, every tensor bit-equal
+    (meta tensors load as zeros)."""
+    a, e = flatten(actual), flatten(expected)
+    assert list(a) == list(e)
+    for key, want in e.items():
+        if want.is_meta:
+            want = torch.zeros(want.shape, dtype=want.dtype)
+        assert_bit_equal(a[key], want)
+
+
+def _dtype_samples() -> dict[str, torch.Tensor]:
+    sd: dict[str, torch.Tensor] = {}
+    for i, dt in enumerate(DTYPES):
+        name = str(dt).removeprefix("torch.")
+        sd[f"{name}.matrix"] = random_tensor(dt, (3, 5), i)
+        sd[f"{name}.scalar"] = random_tensor(dt, (), i + 100)
+        sd[f"{name}.empty"] = random_tensor(dt, (0, 4), i + 200)
+    return sd
+
+
+def _special() -> dict[str, Any]:
+    base = random_tensor(torch.float32, (6, 8), 7)
+    return {
+        "model.layers.0.self_attn.q_proj.weight": base,
+        "transposed": base.t().contiguous(),
+        "名前.ünïcode": torch.arange(5, dtype=torch.int16),
+        "meta": torch.empty(3, 2, device="meta"),
+        "meta_i64": torch.empty(4, dtype=torch.int64, device="meta"),
+        "one": torch.ones(1, dtype=torch.bfloat16),
+    }
+
+
+def _nested() -> dict[str, Any]:
+    return {
+        "encoder": {"w": random_tensor(torch.float16, (4, 4), 1), "layers": [torch.ones(2)]},
+        "decoder": [{"b": torch.arange(3)}, {"b": torch.arange(3, 6)}],
+        "top": torch.tensor(2.5),
+    }
+
+
+def big_state_dict() -> dict[str, torch.Tensor]:
+    """~43 MiB in tensors of several dtypes, with small tensors between the
+    large ones, so a load with small parts issues dozens of ranged reads."""
+    return {
+        "w0": random_tensor(torch.bfloat16, (2048, 2560), 1),  # 10 MiB
+        "b0": random_tensor(torch.float32, (7,), 2),
+        "w1": random_tensor(torch.float16, (2560, 2048), 3),  # 10 MiB
+        "empty": torch.empty(0, 3),
+        "w2": random_tensor(torch.float32, (1024, 2560), 4),  # 10 MiB
+        "w3": random_tensor(torch.int8, (5 * MiB + 3,), 5),  # 5 MiB, odd size
+        "w4": random_tensor(torch.bfloat16, (2048, 2048), 6),  # 8 MiB
+    }
+
+
+def _fastshard_write(obj: Any, path: Path) -> Path:
+    fastshard.save(obj, path)
+    return path
+
+
+SMALL: dict[str, tuple[Callable[[], Any], Callable[[Any, Path], Path]]] = {
+    "tz-dtypes": (_dtype_samples, tensorizer_write),
+    "fs-dtypes": (_dtype_samples, _fastshard_write),
+    "tz-special": (_special, tensorizer_write),
+    "fs-special": (_special, _fastshard_write),
+    "tz-nested": (_nested, tensorizer_write),
+    "fs-nested": (_nested, _fastshard_write),
+    "tz-module": (lambda: small_net(3), tensorizer_write),
+    "fs-module": (lambda: small_net(4), _fastshard_write),
+}
+
+
+def build(folder: Path) -> dict[str, Corpus]:
+    """Write every corpus file under ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Corpus] = {}
+    for name, (make, write) in SMALL.items():
+        source = make()
+        path = write(source, folder / f"{name}.tensors")
+        out[name] = Corpus(name, path, source, "tensorizer" if name[:2] == "tz" else "fastshard")
+    big = big_state_dict()
+    out["tz-big"] = Corpus(
+        "tz-big", tensorizer_write(big, folder / "tz-big.tensors"), big, "tensorizer"
+    )
+    assert out["tz-big"].size >= 40 * MiB
+    return out

@@ -1,0 +1,235 @@
+"""Typed errors from real servers: wrong secret, missing objects and
+buckets, an object replaced mid-load, presigned URLs, servers that ignore
+Range. Messages name the URI (bucket and key) and never hold a secret."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from conftest import assert_bit_equal, random_tensor
+from fault_proxy import FaultProxy
+from servers import no_range_server, require_binary
+
+import fastshard
+
+S3 = pytest.mark.s3
+HTTP = pytest.mark.http
+
+
+def _text(err: BaseException) -> str:
+    """Everything an error could show: str, repr, args, attributes."""
+    return " ".join([str(err), repr(err), *map(repr, err.args), repr(vars(err))])
+
+
+@pytest.fixture(scope="module")
+def two_versions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two files of the same layout and size but different bytes (a
+    multi-part load, so reads continue after the first)."""
+    folder = tmp_path_factory.mktemp("versions")
+    out = []
+    for seed in (1, 2):
+        sd = {f"t{i}": random_tensor(torch.float32, (256, 1024), seed * 10 + i) for i in range(6)}
+        path = folder / f"v{seed}.tensors"
+        fastshard.save(sd, path)
+        out.append(path)
+    assert out[0].stat().st_size == out[1].stat().st_size
+    return out[0], out[1]
+
+
+@S3
+def test_wrong_secret_is_a_fast_auth_error(seaweed, s3_corpus):
+    uri = s3_corpus["tz-dtypes"].uris["s3"]
+    secret = "not-the-secret-Hq7Lp0"
+    with FaultProxy(seaweed.s3_port) as proxy:  # pass-through, counts requests
+        started = time.monotonic()
+        with pytest.raises(fastshard.AuthError) as info:
+            fastshard.open(
+                uri, **seaweed.opts(s3_endpoint=proxy.endpoint, s3_secret_access_key=secret)
+            )
+        elapsed = time.monotonic() - started
+    assert elapsed < 5.0, f"AuthError took {elapsed:.2f} s"
+    assert proxy.log.requests == 1, "auth errors must not be retried"
+    err = info.value
+    assert isinstance(err, fastshard.StorageError)
+    assert uri in str(err) and err.uri == uri
+    assert "explicit" in str(err)  # names the credential source
+    text = _text(err)
+    assert secret not in text and seaweed.secret_key not in text
+    # An unknown key id is an AuthError too.
+    with pytest.raises(fastshard.AuthError):
+        fastshard.open(uri, **seaweed.opts(s3_access_key_id="nobody"))
+
+
+@S3
+def test_wrong_secret_on_save(seaweed):
+    secret = "not-the-secret-Hq7Lp0"
+    uri = f"s3://{seaweed.bucket}/denied/x.tensors"
+    with pytest.raises(fastshard.AuthError) as info:
+        fastshard.save({"a": torch.ones(4)}, uri, **seaweed.opts(s3_secret_access_key=secret))
+    assert secret not in _text(info.value)
+    with pytest.raises(fastshard.NotFoundError):
+        fastshard.open(uri, **seaweed.opts())  # nothing half-written
+
+
+@S3
+def test_missing_key_and_bucket(seaweed, s3_corpus):
+    uri = f"s3://{seaweed.bucket}/no/such/key.tensors"
+    with pytest.raises(fastshard.NotFoundError) as info:
+        fastshard.load_state_dict(uri, **seaweed.opts())
+    assert isinstance(info.value, FileNotFoundError)
+    assert uri in str(info.value)
+    assert info.value.uri == uri
+    uri = "s3://no-such-bucket-xyz/model.tensors"
+    with pytest.raises(FileNotFoundError) as info:
+        fastshard.open(uri, **seaweed.opts())
+    assert isinstance(info.value, fastshard.NotFoundError)
+    assert "no-such-bucket-xyz" in str(info.value)
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(fastshard.NotFoundError):
+        fastshard.load(model, uri, **seaweed.opts())
+    with pytest.raises(fastshard.InvalidArgumentError, match="bucket and a key"):
+        fastshard.open("s3://just-a-bucket", **seaweed.opts())
+
+
+@HTTP
+def test_missing_url(nginx):
+    url = nginx.url("nope/missing.tensors")
+    with pytest.raises(fastshard.NotFoundError) as info:
+        fastshard.load_state_dict(url)
+    assert isinstance(info.value, FileNotFoundError)
+    assert "nope/missing.tensors" in str(info.value)
+
+
+@S3
+def test_object_replaced_mid_load_s3(seaweed, two_versions):
+    v1, v2 = two_versions
+    uri = seaweed.upload(v1, "changing/model.tensors")
+    f = fastshard.open(uri, part_size_bytes=1 << 20, **seaweed.opts())
+    seaweed.upload(v2, "changing/model.tensors")  # new ETag
+    result = None
+    with pytest.raises(fastshard.ObjectChangedError) as info:
+        result = f.load_state_dict()
+    assert result is None
+    assert uri in str(info.value)
+    # Reopened, the new version loads whole.
+    out = fastshard.load_state_dict(uri, verify_hash=True, **seaweed.opts())
+    expected = fastshard.load_state_dict(v2)
+    assert list(out) == list(expected)
+    for name, want in expected.items():
+        assert_bit_equal(out[name], want)
+
+
+@HTTP
+def test_object_replaced_mid_load_http(nginx, two_versions):
+    v1, v2 = two_versions
+    url = nginx.publish(v1, "changing/model.tensors")
+    f = fastshard.open(url, part_size_bytes=1 << 20)
+    nginx.publish(v2, "changing/model.tensors")
+    served = nginx.root / "changing" / "model.tensors"
+    later = time.time() + 10  # nginx's ETag is mtime-size; make sure it moves
+    os.utime(served, (later, later))
+    with pytest.raises(fastshard.ObjectChangedError):
+        f.load_state_dict()
+
+
+@S3
+def test_presigned_url(seaweed, s3_corpus):
+    c = s3_corpus["tz-special"]
+    url = seaweed.presign(c.uris["s3"])
+    signature = re.search(r"X-Amz-Signature=([0-9a-f]+)", url)
+    assert signature
+    out = fastshard.load_state_dict(url, verify_hash=True)
+    from remote_files import assert_same
+
+    assert_same(out, c.source)
+    with fastshard.open(url) as f:
+        assert "Signature" not in f.uri and "X-Amz" not in f.uri
+    # A presigned URL of a key that does not exist: not found, no secrets.
+    missing = seaweed.presign(f"s3://{seaweed.bucket}/missing/x.tensors")
+    with pytest.raises(fastshard.NotFoundError) as info:
+        fastshard.open(missing)
+    sig = re.search(r"X-Amz-Signature=([0-9a-f]+)", missing)
+    assert sig
+    text = _text(info.value)
+    assert "Signature" not in text and "X-Amz-Credential" not in text and sig.group(1) not in text
+    assert "missing/x.tensors" in str(info.value)
+    # A tampered signature: an AuthError, still without the signature.
+    bad = url.replace(signature.group(1), "0" * len(signature.group(1)))
+    with pytest.raises(fastshard.AuthError) as info:
+        fastshard.open(bad)
+    assert "Signature" not in _text(info.value) and signature.group(1) not in _text(info.value)
+
+
+@HTTP
+def test_server_that_ignores_range(corpus):
+    c = corpus["tz-big"]
+    with no_range_server(c.path.parent) as base:
+        url = f"{base}/{c.path.name}"
+        with pytest.raises(fastshard.UnsupportedError, match="Range") as info:
+            fastshard.load_state_dict(url)
+    assert isinstance(info.value, fastshard.FastshardError)
+    assert c.path.name in str(info.value)
+
+
+@HTTP
+def test_no_range_server_small_file_is_not_misread(corpus):
+    # A file that fits in the discovery read: either it loads exactly, or
+    # the missing Range support is reported; never wrong bytes.
+    c = corpus["tz-special"]
+    from remote_files import assert_same
+
+    with no_range_server(c.path.parent) as base:
+        try:
+            out: Any = fastshard.load_state_dict(f"{base}/{c.path.name}", verify_hash=True)
+        except fastshard.UnsupportedError as e:
+            assert "Range" in str(e)
+        else:
+            assert_same(out, c.source)
+
+
+def test_save_refuses_http():
+    with pytest.raises(fastshard.UnsupportedError, match="local paths and s3"):
+        fastshard.save({"a": torch.ones(1)}, "http://127.0.0.1:9/x.tensors")
+
+
+@HTTP
+def test_https_with_a_custom_ca_bundle(nginx, http_corpus):
+    require_binary("openssl")
+    assert nginx.tls_port and nginx.ca_bundle
+    c = http_corpus["fs-special"]
+    url = nginx.tls_url(c.uris["http"].split("/", 3)[3])
+    from remote_files import assert_same
+
+    out = fastshard.load_state_dict(url, ca_bundle=nginx.ca_bundle, verify_hash=True)
+    assert_same(out, c.source)
+    # Without the CA the certificate is not trusted: a storage error, at once.
+    started = time.monotonic()
+    with pytest.raises(fastshard.StorageError) as info:
+        fastshard.open(url, max_attempts=1)
+    assert time.monotonic() - started < 5
+    assert "127.0.0.1" in str(info.value)
+    assert "certificate" in str(info.value)
+
+
+@HTTP
+def test_tls_errors_are_not_retried(nginx):
+    require_binary("openssl")
+    # Retried, the error would end with the deadline's "passed while retrying".
+    with pytest.raises(fastshard.StorageError) as info:
+        fastshard.open(nginx.tls_url("anything.tensors"), deadline_seconds=0.5)
+    assert "deadline" not in str(info.value)
+
+
+@HTTP
+def test_bad_ca_bundle_is_an_invalid_argument(nginx):
+    require_binary("openssl")
+    with pytest.raises(fastshard.InvalidArgumentError, match="CA bundle"):
+        fastshard.open(
+            nginx.tls_url("x.tensors"), ca_bundle=nginx.base / "nginx.conf", max_attempts=1
+        )

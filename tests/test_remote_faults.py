@@ -1,0 +1,157 @@
+"""Loads through a fault-injecting loopback proxy in front of SeaweedFS and
+nginx: 503s, connection resets and truncated bodies are retried per part
+and reported in stats; a store that only throttles fails typed and in
+bounded time; requests and bytes are counted exactly."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fault_proxy import FaultProxy, Faults
+from remote_files import MiB, assert_same
+
+import fastshard
+
+TRANSPORTS = [
+    pytest.param("s3", marks=pytest.mark.s3),
+    pytest.param("http", marks=pytest.mark.http),
+]
+# On seed 12 the first 40 draws hold 7 throttles, 2 resets and 5 truncations.
+SCHEDULE = Faults(throttle=0.10, reset=0.04, truncate=0.04)
+SEED = 12
+
+Route = Callable[..., tuple[FaultProxy, str, dict[str, Any]]]
+
+
+@pytest.fixture(params=TRANSPORTS)
+def through_proxy(request: pytest.FixtureRequest) -> Iterator[Route]:
+    """route(name, faults=None, seed=0) -> (proxy, uri, opts): the corpus
+    file ``name`` reached through a new proxy in front of the server."""
+    transport = request.param
+    proxies: list[FaultProxy] = []
+    if transport == "s3":
+        server = request.getfixturevalue("seaweed")
+        files = request.getfixturevalue("s3_corpus")
+        port = server.s3_port
+    else:
+        server = request.getfixturevalue("nginx")
+        files = request.getfixturevalue("http_corpus")
+        port = server.port
+
+    def route(name: str, faults: Faults | None = None, seed: int = 0, **opts: Any) -> Any:
+        proxy = FaultProxy(port, faults, seed=seed)
+        proxies.append(proxy)
+        uri = files[name].uris[transport]
+        if transport == "s3":
+            opts = server.opts(s3_endpoint=proxy.endpoint, **opts)
+        else:
+            uri = uri.replace(f"127.0.0.1:{port}", f"127.0.0.1:{proxy.port}")
+        return proxy, uri, opts
+
+    route.transport = transport  # type: ignore[attr-defined]
+    yield route
+    for p in proxies:
+        p.close()
+
+
+def test_faults_are_retried_and_counted(through_proxy, corpus):
+    c = corpus["tz-big"]
+    proxy, uri, opts = through_proxy("tz-big", SCHEDULE, seed=SEED)
+    with fastshard.open(uri, part_size_bytes=MiB, concurrency=8, verify_hash=True, **opts) as f:
+        out = f.load_state_dict()
+        stats = f.stats
+    assert_same(out, c.source)
+    log = proxy.log
+    assert log.throttled > 0 and log.resets > 0 and log.truncated > 0, log
+    assert stats.retries > 0
+    # Each retry answers one injected fault (discovery's own retries are
+    # not part of the load's stats).
+    assert stats.retries <= log.throttled + log.resets + log.truncated
+    assert stats.requests <= log.requests
+    # A retry resumes its part: the load is not restarted from zero.
+    assert stats.bytes_fetched <= 1.01 * c.size
+    # Every ranged GET is pinned to the version discovered first.
+    for method, _, headers in log.seen[1:]:
+        assert method == "GET" and headers["range"].startswith("bytes=")
+        assert "if-match" in headers or "if-unmodified-since" in headers
+
+
+def test_load_requests_counted_exactly(through_proxy, corpus):
+    c = corpus["tz-big"]
+    proxy, uri, opts = through_proxy("tz-big")
+    with fastshard.open(uri, part_size_bytes=2 * MiB, concurrency=4, **opts) as f:
+        assert proxy.log.requests == 1  # discovery: header and index in one GET
+        proxy.reset_log()
+        out = f.load_state_dict()
+        stats = f.stats
+    assert_same(out, c.source)
+    assert stats.requests == proxy.log.requests >= 20
+    assert stats.retries == 0
+    assert c.tensor_bytes <= stats.bytes_fetched <= 1.01 * c.size
+    # Ranges do not overlap: no byte is fetched twice.
+    spans = sorted(
+        tuple(int(x) for x in h["range"].removeprefix("bytes=").split("-"))
+        for _, _, h in proxy.log.seen
+    )
+    assert all(a_end < b_start for (_, a_end), (b_start, _) in zip(spans, spans[1:], strict=False))
+    assert sum(end - start + 1 for start, end in spans) == stats.bytes_fetched
+
+
+def test_only_throttling_fails_typed_in_bounded_time(through_proxy):
+    proxy, uri, opts = through_proxy("tz-big", max_attempts=3)
+    f = fastshard.open(uri, part_size_bytes=4 * MiB, concurrency=4, **opts)
+    proxy.reset_log()
+    proxy.set_faults(Faults(throttle=1.0))
+    started = time.monotonic()
+    with pytest.raises(fastshard.ThrottledError) as info:
+        f.load_state_dict()
+    elapsed = time.monotonic() - started
+    assert elapsed < 15, elapsed
+    parts = -(-f.file_size // (4 * MiB))
+    assert 3 <= proxy.log.requests <= 3 * parts, proxy.log.requests
+    assert info.value.byte_range is not None or "bytes" in str(info.value)
+    # Discovery gives up after exactly max_attempts.
+    proxy.reset_log()
+    with pytest.raises(fastshard.ThrottledError):
+        fastshard.open(uri, **opts)
+    assert proxy.log.requests == 3
+
+
+def test_deadline_stops_retrying(through_proxy):
+    proxy, uri, opts = through_proxy(
+        "tz-special", Faults(throttle=1.0), max_attempts=1000, deadline_seconds=1.0
+    )
+    started = time.monotonic()
+    with pytest.raises(fastshard.ThrottledError, match="deadline"):
+        fastshard.open(uri, **opts)
+    elapsed = time.monotonic() - started
+    assert elapsed < 5, elapsed  # without the deadline: many minutes
+    assert proxy.log.requests < 100
+
+
+def test_deadline_counts_per_load(through_proxy, corpus):
+    # "A per-load deadline" (issue 3): a file opened a while ago still gets
+    # its full deadline for each load.
+    proxy, uri, opts = through_proxy("tz-big", seed=SEED, deadline_seconds=1.0)
+    with fastshard.open(uri, part_size_bytes=MiB, **opts) as f:
+        time.sleep(1.2)
+        proxy.set_faults(Faults(throttle=0.2))
+        out = f.load_state_dict()
+    assert proxy.log.throttled > 0
+    assert_same(out, corpus["tz-big"].source)
+
+
+@pytest.mark.s3
+def test_save_retries_throttled_uploads(seaweed):
+    import torch
+
+    # Seed 1 draws 0.134 first: the PutObject is throttled once, then passes.
+    with FaultProxy(seaweed.s3_port, Faults(throttle=0.3), seed=1) as proxy:
+        uri = f"s3://{seaweed.bucket}/saved/throttled.tensors"
+        sd = {"a": torch.arange(1 << 20, dtype=torch.int32)}
+        fastshard.save(sd, uri, **seaweed.opts(s3_endpoint=proxy.endpoint))
+    assert proxy.log.throttled > 0
+    assert torch.equal(fastshard.load_state_dict(uri, **seaweed.opts())["a"], sd["a"])
