@@ -139,9 +139,13 @@ impl TensorFile {
         }
         let header_bytes: u64 = headers.iter().map(|h| h.len() as u64).sum();
 
+        // Huge pages make faulting in fresh destinations far cheaper on most
+        // hosts, but on VMs whose host backs guest memory lazily they can be
+        // much slower the first time: measured, so opt-in.
+        let huge_pages = std::env::var("FASTSHARD_HUGE_PAGES").is_ok_and(|v| v == "1");
         let mut slots: Vec<(*mut u8, usize)> = Vec::with_capacity(selection.len() * 2);
         for (h, &(ptr, len)) in headers.iter_mut().zip(dests) {
-            if std::env::var_os("FASTSHARD_NO_THP").is_none() {
+            if huge_pages {
                 crate::exec::advise_huge_pages(ptr, len);
             }
             slots.push((h.as_mut_ptr(), h.len()));

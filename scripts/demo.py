@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     fs = median(contenders[0], "seconds")
     print(f"\n### {model_bytes / 1e9:.2f} GB model written by tensorizer, local file, warm cache\n")
     print(
-        "| loader | file | median s | GB/s | fastshard speed-up | peak RSS growth (MiB) "
+        "| loader | file | median s | GB/s | fastshard / loader (speed) | peak RSS growth (MiB) "
         "| data equal to source |"
     )
     print("|---|---|---:|---:|---:|---:|---|")
@@ -162,8 +162,8 @@ def main(argv: list[str] | None = None) -> int:
             f"| {med / fs:.2f}x | {growth / MiB:,.0f} | {'yes' if c.equal else 'NO'} |"
         )
     print(
-        "\nGB/s = 10^9 bytes/s; speed-up = the loader's median time / fastshard's; peak RSS "
-        "growth = the loading process's peak RSS during the load minus its RSS before."
+        "\nGB/s = 10^9 bytes/s; fastshard / loader = the loader's median time / fastshard's; "
+        "peak RSS growth = the loading process's peak RSS during the load minus its RSS before."
     )
     if not contenders[0].equal:
         print("error: fastshard's state dict differs from the source", file=sys.stderr)
