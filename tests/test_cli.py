@@ -104,3 +104,23 @@ def test_errors_exit_2(tmp_path, good):
         assert out.returncode == 2
         assert "FormatError" in out.stderr
     assert run().returncode == 2  # argparse usage error
+
+
+def test_inspect_into_a_closed_pipe_exits_quietly(tmp_path):
+    import fastshard
+
+    # Enough tensors that the table overflows the pipe's buffer.
+    path = tmp_path / "many.tensors"
+    fastshard.save({f"t{i:05d}": torch.zeros(1) for i in range(3000)}, path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fastshard", "inspect", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.read(100)  # like `| head -c 100`
+    proc.stdout.close()
+    rc = proc.wait(timeout=120)
+    err = proc.stderr.read().decode()
+    assert rc == 0, err
+    assert "BrokenPipe" not in err

@@ -167,6 +167,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
+    except BrokenPipeError:
+        # `fastshard inspect … | head`: the reader left; that is not an error.
+        # (Caught before OSError, of which it is a subclass.)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except IntegrityError as err:
         print(f"fastshard: {err}", file=sys.stderr)
         return EXIT_MISMATCH
@@ -175,7 +180,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
-        # `fastshard inspect … | head`: the reader left; that is not an error.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_OK
