@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use aws_config::meta::credentials::CredentialsProviderChain;
+use aws_config::meta::region::RegionProviderChain;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region};
@@ -63,6 +64,33 @@ fn aws_chain(profile: Option<&str>) -> CredentialsProviderChain {
     }
 }
 
+/// Explicit or environment region, then the profile's, then (on EC2 only)
+/// the instance's, then `us-east-1`.
+async fn resolve_region(res: &Resolved) -> Region {
+    if let Some(region) = &res.region {
+        return Region::new(region.clone());
+    }
+    let mut profile = aws_config::profile::ProfileFileRegionProvider::builder();
+    if let Some(p) = &res.profile {
+        profile = profile.profile_name(p);
+    }
+    let mut chain = RegionProviderChain::first_try(
+        aws_config::environment::region::EnvironmentVariableRegionProvider::new(),
+    )
+    .or_else(profile.build());
+    if on_ec2() && !imds_disabled() {
+        chain = chain.or_else(aws_config::imds::region::ImdsRegionProvider::builder().build());
+    }
+    chain
+        .region()
+        .await
+        .unwrap_or_else(|| Region::new("us-east-1"))
+}
+
+fn imds_disabled() -> bool {
+    std::env::var("AWS_EC2_METADATA_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
 /// The client and which credential source it ended up using.
 pub async fn build_client(res: &Resolved) -> Result<(Client, CredentialSource)> {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
@@ -73,9 +101,10 @@ pub async fn build_client(res: &Resolved) -> Result<(Client, CredentialSource)> 
                 .read_timeout(READ_TIMEOUT)
                 .build(),
         );
-    if let Some(region) = &res.region {
-        loader = loader.region(Region::new(region.clone()));
-    }
+    // Always our own region chain: the SDK's default one ends with a
+    // metadata-service probe, which off EC2 costs seconds and sends traffic
+    // nobody asked for.
+    loader = loader.region(resolve_region(res).await);
     if let Some(profile) = &res.profile {
         loader = loader.profile_name(profile);
     }
@@ -120,18 +149,11 @@ pub async fn build_client(res: &Resolved) -> Result<(Client, CredentialSource)> 
         (None, _) => loader.no_credentials(),
     };
     let sdk = loader.load().await;
-    let mut conf = aws_sdk_s3::config::Builder::from(&sdk)
+    let conf = aws_sdk_s3::config::Builder::from(&sdk)
         .force_path_style(res.force_path_style)
         // S3-compatible stores mishandle the SDK's default checksums; ranged
         // GETs cannot be validated against whole-object checksums anyway.
         .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
         .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
-    if sdk.region().is_none() {
-        conf = conf.region(Region::new("us-east-1"));
-    }
-    if res.endpoint.is_none() && sdk.endpoint_url().is_none() && sdk.region().is_none() {
-        // Nothing says where to go; AWS's global endpoint still works.
-        conf = conf.region(Region::new("us-east-1"));
-    }
     Ok((Client::from_conf(conf.build()), source))
 }
