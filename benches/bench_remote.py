@@ -71,11 +71,17 @@ BUCKET_PREFIX = "bench"
 # --- the child: one load in a fresh process ------------------------------------------------
 
 
-def _cpu_seconds() -> float:
-    """CPU time of this process and of the children it has reaped (curl processes)."""
+def _usage() -> tuple[float, float, int]:
+    """(user s, system s, minor faults) of this process and of the children it has reaped
+    (curl processes)."""
     s = resource.getrusage(resource.RUSAGE_SELF)
     c = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+    return s.ru_utime + c.ru_utime, s.ru_stime + c.ru_stime, s.ru_minflt + c.ru_minflt
+
+
+def _usage_since(before: tuple[float, float, int]) -> dict:
+    user, system, faults = (a - b for a, b in zip(_usage(), before, strict=True))
+    return {"cpu_seconds": user + system, "cpu_sys_seconds": system, "minor_faults": faults}
 
 
 def _split(size: int, n: int) -> list[tuple[int, int]]:
@@ -206,10 +212,9 @@ def child(spec: dict) -> dict:
     kind = spec["kind"]
     if kind in ("raw-python", "raw-curl"):
         fn = _raw_python if kind == "raw-python" else _raw_curl
-        cpu = _cpu_seconds()
+        before = _usage()
         out = fn(spec["url"], spec["size"], spec["streams"])
-        out["cpu_seconds"] = _cpu_seconds() - cpu
-        return out
+        return {**out, **_usage_since(before)}
     # Import everything the loader needs before the clock starts.
     import torch  # noqa: F401
 
@@ -223,16 +228,15 @@ def child(spec: dict) -> dict:
     elif kind == "runai":
         import runai_model_streamer  # noqa: F401
     gc.collect()
-    cpu = _cpu_seconds()
+    before = _usage()
     start = time.perf_counter()
     sd, extra = LOADS[kind](spec)
     seconds = time.perf_counter() - start
-    cpu = _cpu_seconds() - cpu
     out = {
         "seconds": seconds,
         "bytes": sum(t.nbytes for t in sd.values()),
         "tensors": len(sd),
-        "cpu_seconds": cpu,
+        **_usage_since(before),
         **extra,
     }
     if spec.get("digest"):
@@ -243,6 +247,23 @@ def child(spec: dict) -> dict:
 
 
 # --- the parent: servers, data, rounds -----------------------------------------------------
+
+
+VMSTAT_KEYS = ("thp_fault_alloc", "thp_fault_fallback", "compact_stall", "pgfault")
+
+
+def _vmstat() -> dict[str, int]:
+    """Machine-wide counters that show huge-page allocation and compaction."""
+    out = {}
+    try:
+        with open("/proc/vmstat") as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if key in VMSTAT_KEYS:
+                    out[key] = int(value)
+    except OSError:
+        pass
+    return out
 
 
 def _proc_cpu_seconds(pid: int | None) -> float | None:
@@ -289,6 +310,7 @@ def run_case(case: Case, env: Env, want_digest: bool = False, timeout: float = 9
     child_env = dict(os.environ, **case.env)
     pid = env.server_pids.get(case.server)
     server_before = _proc_cpu_seconds(pid)
+    vm_before = _vmstat()
     wall = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, __file__, "--child"],
@@ -301,10 +323,12 @@ def run_case(case: Case, env: Env, want_digest: bool = False, timeout: float = 9
     )
     wall = time.perf_counter() - wall
     server_after = _proc_cpu_seconds(pid)
+    vm_after = _vmstat()
     if proc.returncode != 0:
         raise RuntimeError(f"{case.name} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     res["process_wall_seconds"] = wall
+    res["vmstat_delta"] = {k: vm_after[k] - vm_before[k] for k in vm_after if k in vm_before}
     if server_before is not None and server_after is not None:
         res["server_cpu_seconds"] = server_after - server_before
     return res
@@ -449,7 +473,9 @@ def log_line(label: str, case: Case, res: dict) -> None:
         extra += f" {res['retries']} retries"
     if res.get("server_cpu_seconds") is not None:
         extra += (
-            f"  cpu client {res['cpu_seconds']:5.2f} s server {res['server_cpu_seconds']:5.2f} s"
+            f"  cpu client {res['cpu_seconds']:5.2f} s (sys {res['cpu_sys_seconds']:4.2f})"
+            f" server {res['server_cpu_seconds']:5.2f} s"
+            f" thp {res.get('vmstat_delta', {}).get('thp_fault_alloc', 0)}"
         )
     print(
         f"  {label:>9} {case.name:<24} {res['seconds']:7.3f} s {gbps(res):6.2f} GB/s{extra}",
@@ -504,6 +530,9 @@ def summarize_samples(samples: list[dict]) -> dict:
         "client_cpu_s_per_gb": statistics.median(
             s["cpu_seconds"] / g for s, g in zip(samples, gb, strict=True)
         ),
+        "client_sys_s_per_gb": statistics.median(
+            s["cpu_sys_seconds"] / g for s, g in zip(samples, gb, strict=True)
+        ),
         "runs": len(samples),
     }
     server = [
@@ -535,7 +564,7 @@ def main_table(cases: list[Case], rows: dict[str, dict], checks: dict[str, str],
     fs = rows[f"fastshard-{group}"]
     lines = [
         "| loader | median GB/s | min-max GB/s | fastshard / loader | requests "
-        "| client CPU s/GB | server CPU s/GB | CPU busy (of 2 cores) | data equal |",
+        "| client CPU s/GB (sys) | server CPU s/GB | CPU busy (of 2 cores) | data equal |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for c in cases:
@@ -547,11 +576,12 @@ def main_table(cases: list[Case], rows: dict[str, dict], checks: dict[str, str],
         srv = f"{r['server_cpu_s_per_gb']:.2f}" if "server_cpu_s_per_gb" in r else "-"
         busy = f"{100 * r['cpu_busy_fraction']:.0f}%" if "cpu_busy_fraction" in r else "-"
         check = checks.get(c.name, "-")
+        cpu = f"{r['client_cpu_s_per_gb']:.2f} ({r['client_sys_s_per_gb']:.2f})"
         if c.role == "ceiling" and check == "yes":
             check = "bytes only"
         lines.append(
             f"| {c.label} | {r['median_gbps']:.2f} | {r['min_gbps']:.2f}-{r['max_gbps']:.2f} "
-            f"| {ratio:.2f}x | {req} | {r['client_cpu_s_per_gb']:.2f} | {srv} | {busy} | {check} |"
+            f"| {ratio:.2f}x | {req} | {cpu} | {srv} | {busy} | {check} |"
         )
     return "\n".join(lines)
 
@@ -692,6 +722,25 @@ def upload(s3: Any, path: Path, key: str) -> tuple[str, float]:
     return f"s3://{s3.bucket}/{key}", seconds
 
 
+def native_fingerprint() -> dict:
+    """Which fastshard native library the children load: another session's dev build
+    replacing the release one mid-run would change the numbers (a dev build is ~7x larger)."""
+    import hashlib
+    import importlib.util
+
+    spec = importlib.util.find_spec("fastshard._native")
+    if spec is None or not spec.origin:
+        return {"path": None}
+    path = Path(spec.origin)
+    st = path.stat()
+    return {
+        "path": str(path),
+        "bytes": st.st_size,
+        "mtime": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.st_mtime)),
+        "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+    }
+
+
 def machine() -> dict:
     def read(path: str) -> str:
         try:
@@ -757,6 +806,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     info = machine()
     info["versions"] = all_versions()
+    info["native"] = native_fingerprint()
     print("# fastshard remote benchmark (S3: SeaweedFS, HTTP: nginx, both on 127.0.0.1)")
     print(
         f"machine: {info['cpus']} CPUs, {info['mem_total_gib']:.0f} GiB, {info['platform']}, "
@@ -767,6 +817,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{runs} measured runs per loader after 1 warm-up, each in a fresh process; "
         f"sweep {sweep_runs} run(s) per point",
         flush=True,
+    )
+    nat = info["native"]
+    print(
+        f"fastshard native library: {nat.get('path')}, {nat.get('bytes', 0) / MiB:.0f} MiB, "
+        f"built {nat.get('mtime')} (build it with `maturin develop --release` first)"
     )
 
     from workloads import uniform_state_dict, write_all
@@ -944,6 +999,9 @@ def main(argv: list[str] | None = None) -> int:
     if sweep_lines:
         print("\n" + "\n".join(sweep_lines))
     results["targets"] = [{"target": line, "pass": ok} for line, ok in verdicts]
+    results["native_after"] = native_fingerprint()
+    if results["native_after"].get("sha256") != info["native"].get("sha256"):
+        print("WARNING: the fastshard native library changed during the run; numbers mix builds")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2, default=str) + "\n")
     print(f"wrote {args.out}")

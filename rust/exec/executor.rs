@@ -145,11 +145,7 @@ mod tests {
             ..Default::default()
         });
         let plan = plan_reads(
-            vec![Want {
-                offset: 0,
-                len: bytes.len() as u64,
-                slot: 0,
-            }],
+            vec![Want::whole(0, bytes.len() as u64, 0)],
             PlanOptions {
                 gap_threshold: 0,
                 part_size: 1024,

@@ -242,18 +242,7 @@ mod tests {
     fn part_lands_in_slots_and_skips_gaps() {
         let data: Vec<u8> = (0..=255u8).cycle().take(5000).collect();
         let (_f, src) = source_with(&data);
-        let wants = vec![
-            Want {
-                offset: 10,
-                len: 100,
-                slot: 0,
-            },
-            Want {
-                offset: 200,
-                len: 3000,
-                slot: 1,
-            },
-        ];
+        let wants = vec![Want::whole(10, 100, 0), Want::whole(200, 3000, 1)];
         let plan = plan_reads(
             wants,
             PlanOptions {
@@ -282,11 +271,7 @@ mod tests {
     fn short_file_is_a_format_error_naming_the_range() {
         let (_f, src) = source_with(&[1, 2, 3]);
         let plan = plan_reads(
-            vec![Want {
-                offset: 0,
-                len: 10,
-                slot: 0,
-            }],
+            vec![Want::whole(0, 10, 0)],
             PlanOptions {
                 gap_threshold: 0,
                 part_size: 64,
@@ -314,11 +299,7 @@ mod tests {
     fn cancelled_part_reads_nothing() {
         let (_f, src) = source_with(&[9; 64]);
         let plan = plan_reads(
-            vec![Want {
-                offset: 0,
-                len: 64,
-                slot: 0,
-            }],
+            vec![Want::whole(0, 64, 0)],
             PlanOptions {
                 gap_threshold: 0,
                 part_size: 64,

@@ -2,12 +2,26 @@
 
 use crate::error::{Error, Result};
 
-/// One byte range of the object and the destination slot it belongs to.
+/// One byte range of the object and where it lands: `slot`, from byte
+/// `slot_offset` on (a tensor-parallel slice fills its slot from many ranges).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Want {
     pub offset: u64,
     pub len: u64,
     pub slot: usize,
+    pub slot_offset: u64,
+}
+
+impl Want {
+    /// A range that fills `slot` from its start.
+    pub fn whole(offset: u64, len: u64, slot: usize) -> Want {
+        Want {
+            offset,
+            len,
+            slot,
+            slot_offset: 0,
+        }
+    }
 }
 
 /// A piece of a [`Part`] that lands in one slot, starting at `slot_offset`.
@@ -143,7 +157,7 @@ fn split_run(run: &[Want], part_size: u64, out: &mut Vec<Part>) {
                 offset: seg_start,
                 len: seg_end - seg_start,
                 slot: w.slot,
-                slot_offset: consumed,
+                slot_offset: w.slot_offset + consumed,
             });
             if seg_end == w.offset + w.len {
                 wants.next();
@@ -178,18 +192,7 @@ mod tests {
 
     #[test]
     fn adjacent_ranges_coalesce_into_one_part() {
-        let wants = vec![
-            Want {
-                offset: 100,
-                len: 10,
-                slot: 1,
-            },
-            Want {
-                offset: 90,
-                len: 10,
-                slot: 0,
-            },
-        ];
+        let wants = vec![Want::whole(100, 10, 1), Want::whole(90, 10, 0)];
         let plan = plan_reads(wants, opts(0, 1 << 20)).unwrap();
         assert_eq!(plan.parts.len(), 1);
         assert_eq!((plan.parts[0].start, plan.parts[0].end), (90, 110));
@@ -198,18 +201,7 @@ mod tests {
 
     #[test]
     fn gap_above_threshold_splits_runs() {
-        let wants = vec![
-            Want {
-                offset: 0,
-                len: 10,
-                slot: 0,
-            },
-            Want {
-                offset: 30,
-                len: 10,
-                slot: 1,
-            },
-        ];
+        let wants = vec![Want::whole(0, 10, 0), Want::whole(30, 10, 1)];
         assert_eq!(
             plan_reads(wants.clone(), opts(19, 100))
                 .unwrap()
@@ -225,11 +217,7 @@ mod tests {
 
     #[test]
     fn large_want_splits_evenly() {
-        let wants = vec![Want {
-            offset: 0,
-            len: 100,
-            slot: 0,
-        }];
+        let wants = vec![Want::whole(0, 100, 0)];
         let plan = plan_reads(wants, opts(0, 40)).unwrap();
         let lens: Vec<u64> = plan.parts.iter().map(Part::len).collect();
         assert_eq!(lens, vec![34, 34, 32]);
@@ -238,45 +226,27 @@ mod tests {
 
     #[test]
     fn overlap_is_rejected() {
-        let wants = vec![
-            Want {
-                offset: 0,
-                len: 10,
-                slot: 0,
-            },
-            Want {
-                offset: 5,
-                len: 10,
-                slot: 1,
-            },
-        ];
+        let wants = vec![Want::whole(0, 10, 0), Want::whole(5, 10, 1)];
         assert!(plan_reads(wants, opts(0, 100)).is_err());
     }
 
     #[test]
     fn empty_wants_give_empty_plan() {
-        let plan = plan_reads(
-            vec![Want {
-                offset: 5,
-                len: 0,
-                slot: 0,
-            }],
-            opts(0, 10),
-        )
-        .unwrap();
+        let plan = plan_reads(vec![Want::whole(5, 0, 0)], opts(0, 10)).unwrap();
         assert!(plan.parts.is_empty());
     }
 
     fn disjoint_wants() -> impl Strategy<Value = Vec<Want>> {
-        prop::collection::vec((0u64..64, 1u64..200), 0..40).prop_map(|pairs| {
+        prop::collection::vec((0u64..64, 1u64..200, 0u64..50), 0..40).prop_map(|triples| {
             let mut off = 0;
             let mut wants = Vec::new();
-            for (slot, (gap, len)) in pairs.into_iter().enumerate() {
+            for (slot, (gap, len, slot_offset)) in triples.into_iter().enumerate() {
                 off += gap;
                 wants.push(Want {
                     offset: off,
                     len,
                     slot,
+                    slot_offset,
                 });
                 off += len;
             }
@@ -304,8 +274,10 @@ mod tests {
                     prop_assert!(s.offset >= seg_prev && s.end() <= p.end);
                     seg_prev = s.end();
                     let w = wants.iter().find(|w| w.slot == s.slot).unwrap();
-                    prop_assert_eq!(s.offset, w.offset + s.slot_offset);
-                    for b in s.slot_offset..s.slot_offset + s.len {
+                    prop_assert!(s.slot_offset >= w.slot_offset);
+                    let into = s.slot_offset - w.slot_offset;
+                    prop_assert_eq!(s.offset, w.offset + into);
+                    for b in into..into + s.len {
                         prop_assert!(!covered[s.slot][b as usize]);
                         covered[s.slot][b as usize] = true;
                     }

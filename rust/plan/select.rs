@@ -38,17 +38,17 @@ pub fn tensor_wants(index: &Index, selection: &[usize]) -> Vec<Want> {
     let mut wants = Vec::with_capacity(selection.len() * 2);
     for (i, &e) in selection.iter().enumerate() {
         let entry = &index.entries[e];
-        wants.push(Want {
-            offset: entry.header_offset,
-            len: entry.data_offset - entry.header_offset,
-            slot: Slot::Header(i).id(),
-        });
+        wants.push(Want::whole(
+            entry.header_offset,
+            entry.data_offset - entry.header_offset,
+            Slot::Header(i).id(),
+        ));
         if entry.data_length > 0 {
-            wants.push(Want {
-                offset: entry.data_offset,
-                len: entry.data_length,
-                slot: Slot::Data(i).id(),
-            });
+            wants.push(Want::whole(
+                entry.data_offset,
+                entry.data_length,
+                Slot::Data(i).id(),
+            ));
         }
     }
     wants
