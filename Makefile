@@ -38,7 +38,7 @@ PYTEST_ARGS ?=
 PYTEST_TIMEOUT ?= 900
 
 .PHONY: help setup develop develop-release test test-rust test-py lint fmt-check clippy ruff \
-	fmt bench demo clean distclean
+	fmt bench bench-remote demo clean distclean
 
 help: ## List the targets
 	@echo "fastshard: make TARGET"
@@ -85,6 +85,9 @@ fmt: setup ## Reformat Rust and Python sources in place
 
 bench: develop-release ## Release build, then benches/bench_local.py (BENCH_ARGS="--runs 5 ...")
 	@$(TIMED) bench-local $(PY) benches/bench_local.py $(BENCH_ARGS)
+
+bench-remote: develop-release ## Release build, then benches/bench_remote.py against SeaweedFS + nginx (BENCH_ARGS="--quick ...")
+	@$(TIMED) bench-remote $(PY) benches/bench_remote.py $(BENCH_ARGS)
 
 demo: develop-release ## The main job: write a ~1 GiB model with tensorizer, load it with fastshard and peers
 	@$(TIMED) demo $(PY) scripts/demo.py $(DEMO_ARGS)

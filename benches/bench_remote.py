@@ -9,14 +9,16 @@ stopped by its PID at the end, on Ctrl-C too.
 
 Every load runs in a fresh Python process (this file with ``--child``). One warm-up round
 (which also checks what each loader returned against the source) is followed by --runs
-measured rounds; within a round the loaders take turns in a rotating order, so machine
+measured rounds; each round runs the loaders in a fresh random order (seeded), so machine
 noise spreads over all of them. Then a sweep over fastshard's concurrency and part size
 (fewer repetitions, fresh processes too) shows which defaults the measurements favour.
 
 The raw ceilings are N ranged GETs of the whole object, one contiguous range per stream:
 ``curl`` processes writing to /dev/null, and Python threads doing ``http.client``
-``readinto`` one preallocated buffer; the better median is the ceiling (on 2 cores the
-client's CPU is taken from the server, so the cheaper client is the honest one).
+``readinto`` one preallocated, pre-faulted buffer; the better median is the ceiling (on
+2 cores the client's CPU is taken from the server, so the cheaper client is the honest
+one). A third raw client, Python threads into fresh (never touched) memory, is shown as a
+reference: a loader that returns new tensors pays those page faults too.
 
 Alongside each load the CPU seconds of the client (the child and anything it spawned) and
 of the server process are recorded, to show who the bottleneck is.
@@ -96,16 +98,21 @@ def _split(size: int, n: int) -> list[tuple[int, int]]:
     return out
 
 
-def _raw_python(url: str, size: int, streams: int) -> dict:
-    """``streams`` threads, one ranged GET each, ``readinto`` one preallocated buffer."""
+def _raw_python(url: str, size: int, streams: int, fresh: bool = False) -> dict:
+    """``streams`` threads, one ranged GET each, ``readinto`` one buffer.
+
+    By default the buffer is a zero-filled ``bytearray`` made before the clock starts, so
+    its pages are already faulted in: the ceiling of the transfer alone. With ``fresh``
+    it is an untouched anonymous mapping made on the clock, so the page faults of fresh
+    memory count, as they do for a loader that returns new tensors."""
     import http.client
+    import mmap
     import threading
 
     parts = urlsplit(url)
     target = parts.path + (f"?{parts.query}" if parts.query else "")
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
-    buf = bytearray(size)  # allocated, not touched: page faults count, as in any loader
-    view = memoryview(buf)
+    buf: bytearray | mmap.mmap | None = None if fresh else bytearray(size)
     errors: list[BaseException] = []
 
     def fetch(start: int, end: int) -> None:
@@ -125,22 +132,28 @@ def _raw_python(url: str, size: int, streams: int) -> dict:
         except BaseException as e:  # noqa: BLE001 (reported by the main thread)
             errors.append(e)
 
+    before = _usage()
     start = time.perf_counter()
+    if buf is None:
+        buf = mmap.mmap(-1, size)
+    view = memoryview(buf)
     threads = [threading.Thread(target=fetch, args=r) for r in _split(size, streams)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     seconds = time.perf_counter() - start
+    usage = _usage_since(before)
     if errors:
         raise errors[0]
-    return {"seconds": seconds, "bytes": size, "requests": len(threads)}
+    return {"seconds": seconds, "bytes": size, "requests": len(threads), **usage}
 
 
 def _raw_curl(url: str, size: int, streams: int) -> dict:
     """``streams`` curl processes, one ranged GET each, into /dev/null."""
     fmt = "%{http_code} %{size_download}"
     ranges = _split(size, streams)
+    before = _usage()
     start = time.perf_counter()
     procs = [
         subprocess.Popen(
@@ -152,13 +165,14 @@ def _raw_curl(url: str, size: int, streams: int) -> dict:
     ]
     outs = [p.communicate() for p in procs]
     seconds = time.perf_counter() - start
+    usage = _usage_since(before)  # the reaped curl processes' CPU included
     got = 0
     for (a, b), p, (out, err) in zip(ranges, procs, outs, strict=True):
         code, _, n = out.decode().partition(" ")
         if p.returncode != 0 or code != "206" or int(float(n)) != b - a:
             raise RuntimeError(f"curl -r {a}-{b - 1}: rc {p.returncode}, {out!r} {err[-300:]!r}")
         got += int(float(n))
-    return {"seconds": seconds, "bytes": got, "requests": len(procs)}
+    return {"seconds": seconds, "bytes": got, "requests": len(procs), **usage}
 
 
 def _load_fastshard(spec: dict) -> tuple[dict, dict]:
@@ -210,11 +224,10 @@ LOADS: dict[str, Callable[[dict], tuple[dict, dict]]] = {
 
 def child(spec: dict) -> dict:
     kind = spec["kind"]
-    if kind in ("raw-python", "raw-curl"):
-        fn = _raw_python if kind == "raw-python" else _raw_curl
-        before = _usage()
-        out = fn(spec["url"], spec["size"], spec["streams"])
-        return {**out, **_usage_since(before)}
+    if kind == "raw-python":
+        return _raw_python(spec["url"], spec["size"], spec["streams"], spec.get("fresh", False))
+    if kind == "raw-curl":
+        return _raw_curl(spec["url"], spec["size"], spec["streams"])
     # Import everything the loader needs before the clock starts.
     import torch  # noqa: F401
 
@@ -284,7 +297,7 @@ class Case:
 
     name: str
     group: str  # "s3" or "http"
-    role: str  # "fastshard", "ceiling", "tensorizer", "runai", "sweep"
+    role: str  # "fastshard", "ceiling", "reference", "tensorizer", "runai", "sweep"
     label: str
     spec: dict
     env: dict[str, str] = field(default_factory=dict)
@@ -338,6 +351,41 @@ def gbps(res: dict) -> float:
     return res["bytes"] / res["seconds"] / 1e9
 
 
+def raw_cases(group: str, url: str, size: int, streams: list[int], note: str = "") -> list[Case]:
+    """The raw clients: curl to /dev/null and Python threads into a pre-faulted buffer
+    (together: the ceiling), and Python threads into fresh memory (a reference)."""
+    out = []
+    for n in streams:
+        base = {"url": url, "size": size, "streams": n}
+        out += [
+            Case(
+                f"raw-{group}-python{n}",
+                group,
+                "ceiling",
+                f"raw: {n} Python threads, ranged GET readinto a pre-faulted buffer{note}",
+                {"kind": "raw-python", **base},
+                server=group,
+            ),
+            Case(
+                f"raw-{group}-curl{n}",
+                group,
+                "ceiling",
+                f"raw: {n} curl ranged GETs to /dev/null{note}",
+                {"kind": "raw-curl", **base},
+                server=group,
+            ),
+            Case(
+                f"raw-{group}-python{n}-fresh",
+                group,
+                "reference",
+                f"reference: {n} Python threads, readinto fresh (unfaulted) memory{note}",
+                {"kind": "raw-python", "fresh": True, **base},
+                server=group,
+            ),
+        ]
+    return out
+
+
 def main_cases(
     env: Env, raw_streams: list[int], tensorizer_readers: list[int | None]
 ) -> list[Case]:
@@ -353,27 +401,7 @@ def main_cases(
             server="s3",
         ),
     ]
-    for n in raw_streams:
-        cases.append(
-            Case(
-                f"raw-s3-python{n}",
-                "s3",
-                "ceiling",
-                f"raw: {n} Python threads, ranged GET readinto one buffer (presigned URL)",
-                {"kind": "raw-python", "url": env.presigned, "size": env.object_size, "streams": n},
-                server="s3",
-            )
-        )
-        cases.append(
-            Case(
-                f"raw-s3-curl{n}",
-                "s3",
-                "ceiling",
-                f"raw: {n} curl ranged GETs to /dev/null (presigned URL)",
-                {"kind": "raw-curl", "url": env.presigned, "size": env.object_size, "streams": n},
-                server="s3",
-            )
-        )
+    cases += raw_cases("s3", env.presigned, env.object_size, raw_streams, " (presigned URL)")
     tz_opts = {
         "s3_endpoint": s3["s3_endpoint"],
         "s3_access_key_id": s3["s3_access_key_id"],
@@ -427,28 +455,25 @@ def main_cases(
             server="http",
         )
     )
-    for n in raw_streams:
-        cases.append(
-            Case(
-                f"raw-http-python{n}",
-                "http",
-                "ceiling",
-                f"raw: {n} Python threads, ranged GET readinto one buffer",
-                {"kind": "raw-python", "url": env.http_url, "size": env.object_size, "streams": n},
-                server="http",
-            )
-        )
-        cases.append(
-            Case(
-                f"raw-http-curl{n}",
-                "http",
-                "ceiling",
-                f"raw: {n} curl ranged GETs to /dev/null",
-                {"kind": "raw-curl", "url": env.http_url, "size": env.object_size, "streams": n},
-                server="http",
-            )
-        )
+    cases += raw_cases("http", env.http_url, env.object_size, raw_streams)
     return cases
+
+
+def huge_page_cases(cases: list[Case]) -> list[Case]:
+    """fastshard's cases again with its huge-page hint for destinations switched on."""
+    return [
+        Case(
+            f"{c.name}-hugepages",
+            c.group,
+            "reference",
+            f"reference: {c.label.split(' (')[0]} with FASTSHARD_HUGE_PAGES=1",
+            c.spec,
+            env={**c.env, "FASTSHARD_HUGE_PAGES": "1"},
+            server=c.server,
+        )
+        for c in cases
+        if c.role == "fastshard"
+    ]
 
 
 def sweep_cases(env: Env, group: str, concurrencies: list[int], parts_mib: list[int]) -> list[Case]:
@@ -483,17 +508,22 @@ def log_line(label: str, case: Case, res: dict) -> None:
     )
 
 
-def bench_main(cases: list[Case], env: Env, runs: int, expect: dict) -> dict:
+def bench_main(cases: list[Case], env: Env, runs: int, expect: dict, seed: int = 0) -> dict:
+    """The warm-up round in list order, then each measured round in a fresh random order:
+    a rotation would keep every loader behind the same predecessor (whose freed memory
+    the next process reuses), a bias on this VM."""
     samples: dict[str, list[dict]] = {c.name: [] for c in cases}
     checks: dict[str, str] = {}
+    rng = random.Random(seed)
     for rnd in range(1 + runs):
-        k = rnd % len(cases)
-        order = cases[k:] + cases[:k]
+        order = list(cases)
+        if rnd:
+            rng.shuffle(order)
         for case in order:
-            want_digest = rnd == 0 and case.role != "ceiling"
+            want_digest = rnd == 0 and not case.spec["kind"].startswith("raw")
             res = run_case(case, env, want_digest=want_digest)
             if rnd == 0:
-                if case.role == "ceiling":
+                if case.spec["kind"].startswith("raw"):
                     ok = res["bytes"] == env.object_size
                 else:
                     ok = res["digest"] == expect["digest"] and res["bytes"] == expect["bytes"]
@@ -554,8 +584,17 @@ def summarize_samples(samples: list[dict]) -> dict:
     return row
 
 
-def best_of(rows: dict[str, dict], cases: list[Case], group: str, role: str) -> tuple[str, dict]:
-    names = [c.name for c in cases if c.group == group and c.role == role and c.name in rows]
+def best_of(
+    rows: dict[str, dict], cases: list[Case], group: str, role: str, kind: str | None = None
+) -> tuple[str, dict]:
+    names = [
+        c.name
+        for c in cases
+        if c.group == group
+        and c.role == role
+        and c.name in rows
+        and (kind is None or c.spec["kind"] == kind)
+    ]
     best = max(names, key=lambda n: rows[n]["median_gbps"])
     return best, rows[best]
 
@@ -577,7 +616,7 @@ def main_table(cases: list[Case], rows: dict[str, dict], checks: dict[str, str],
         busy = f"{100 * r['cpu_busy_fraction']:.0f}%" if "cpu_busy_fraction" in r else "-"
         check = checks.get(c.name, "-")
         cpu = f"{r['client_cpu_s_per_gb']:.2f} ({r['client_sys_s_per_gb']:.2f})"
-        if c.role == "ceiling" and check == "yes":
+        if c.spec["kind"].startswith("raw") and check == "yes":
             check = "bytes only"
         lines.append(
             f"| {c.label} | {r['median_gbps']:.2f} | {r['min_gbps']:.2f}-{r['max_gbps']:.2f} "
@@ -778,6 +817,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sweep-part-mib", help="S3 sweep part sizes (4,8,16,32,64; --quick 8,16)")
     p.add_argument("--http-sweep-concurrency", help="nginx sweep (4,8,16,32; --quick 8,16)")
     p.add_argument("--http-sweep-part-mib", help="nginx sweep part sizes (4,16,64; --quick 16)")
+    p.add_argument(
+        "--huge-pages-reference",
+        action="store_true",
+        help="also run fastshard with FASTSHARD_HUGE_PAGES=1 (reference rows)",
+    )
     p.add_argument("--no-sweep", action="store_true", help="skip the concurrency/part-size sweep")
     p.add_argument("--scratch", type=Path, default=SCRATCH / "remote", help="where files go")
     p.add_argument("--out", type=Path, default=SCRATCH / "results-remote.json")
@@ -872,7 +916,9 @@ def main(argv: list[str] | None = None) -> int:
             results["object_bytes"] = object_size
 
             cases = main_cases(env, raw_streams, readers)
-            print(f"\n## loaders ({len(cases)}), rotating order", flush=True)
+            if args.huge_pages_reference:
+                cases += huge_page_cases(cases)
+            print(f"\n## loaders ({len(cases)}), a random order each round", flush=True)
             measured = bench_main(cases, env, runs, expect)
             rows = {name: summarize_samples(s) for name, s in measured["samples"].items()}
             results["main"] = {
@@ -963,6 +1009,15 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("fastshard-s3", "fastshard-http"):
         check = measured["checks"].get(name, "not checked")
         verdicts.append((f"[{name}] data equal to the source (digest): {check}", check == "yes"))
+    # Not targets: the same clients, but writing into fresh memory as a loader must.
+    info_lines = []
+    for group, fs in (("S3", fs3), ("HTTP", fsh)):
+        ref_name, ref = best_of(rows, cases, group.lower(), "reference", "raw-python")
+        ratio = fs["median_gbps"] / ref["median_gbps"]
+        info_lines.append(
+            f"[{group}] fastshard vs raw Python into fresh memory ({ref_name}): "
+            f"{fs['median_gbps']:.2f} / {ref['median_gbps']:.2f} GB/s = {ratio:.2f}x"
+        )
 
     sweep_lines: list[str] = []
     results["sweep"] = {}
@@ -996,9 +1051,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     for line, ok in verdicts:
         print(f"{'PASS' if ok else 'FAIL'} {line}")
+    for line in info_lines:
+        print(f"INFO {line}")
     if sweep_lines:
         print("\n" + "\n".join(sweep_lines))
     results["targets"] = [{"target": line, "pass": ok} for line, ok in verdicts]
+    results["info"] = info_lines
     results["native_after"] = native_fingerprint()
     if results["native_after"].get("sha256") != info["native"].get("sha256"):
         print("WARNING: the fastshard native library changed during the run; numbers mix builds")
