@@ -25,7 +25,7 @@ from .errors import (
 if TYPE_CHECKING:
     from .module import load
     from .reader import LoadStats, TensorFile, TensorInfo, load_state_dict, open
-    from .writer import save
+    from .writer import save, save_sharded
 
 
 def _version() -> str:
@@ -47,6 +47,7 @@ _LAZY = {
     "LoadStats": "reader",
     "load": "module",
     "save": "writer",
+    "save_sharded": "writer",
 }
 
 
@@ -85,4 +86,5 @@ __all__ = [
     "load_state_dict",
     "open",
     "save",
+    "save_sharded",
 ]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -12,10 +11,8 @@ import torch
 
 from . import _torch
 from .errors import FormatError, InvalidArgumentError
-from .reader import LoadStats, TensorFile, check_rank, display_uri
+from .reader import LoadStats, TensorFile
 
-# Per-rank URI templates ("model-rank-%03d.tensors", "{rank}") need sharding.
-_TEMPLATE = re.compile(r"\{rank\}|%0?\d*d")
 _LIST_LIMIT = 20
 
 
@@ -202,19 +199,17 @@ def load(
     replaced by CPU tensors holding the loaded values. If the read itself
     fails, in-place destinations may hold partial data.
 
-    Options are those of ``fastshard.open``.
+    ``uri`` may be a per-rank template (``model-rank-%03d.tensors`` or
+    ``{rank}``) or a directory: ``rank``'s file is loaded, checked against
+    the manifest beside it when there is one. Options are those of
+    ``fastshard.open``.
     """
     started = time.perf_counter()
-    shown = display_uri(os.fspath(uri))
-    if _TEMPLATE.search(shown.split("?", 1)[0]):
-        raise InvalidArgumentError(
-            f"{shown!r} looks like a per-rank template; per-rank files arrive "
-            "with tensor-parallel support"
-        )
-    check_rank(rank, world_size)
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentError(f"model must be a torch.nn.Module, not {type(model).__name__}")
-    with TensorFile(uri, **opts) as f:
+    # A template or directory resolves to this rank's file (shard.py); a
+    # single file with world_size > 1 raises until tensor-parallel slicing.
+    with TensorFile(uri, rank=rank, world_size=world_size, **opts) as f:
         targets = _targets(model)
         in_file = _file_names(f)
         _check(f, targets, in_file, strict)

@@ -11,8 +11,14 @@ from typing import Any
 
 import torch
 
-from . import _native, _torch
-from .errors import FormatError, InvalidArgumentError, ShardMismatchError, UnsupportedError
+from . import _native, _torch, shard
+from ._nested import restructure
+from .errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    ShardMismatchError,
+    UnsupportedError,
+)
 
 PathPart = str | int
 NameOrPath = str | Sequence[PathPart]
@@ -75,20 +81,22 @@ class LoadStats:
     concurrency: int = 0
 
 
-def check_rank(rank: int | None, world_size: int | None) -> None:
-    """Only whole-file loads exist so far; rank-aware loading is a later issue."""
-    if world_size is not None:
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise InvalidArgumentError(f"world_size must be a positive int, not {world_size!r}")
-        if world_size > 1:
-            raise ShardMismatchError(
-                f"world_size={world_size}: loading a tensor-parallel slice arrives with "
-                "tensor-parallel support; only world_size None or 1 works for now"
-            )
-    if rank is not None and (isinstance(rank, bool) or rank != 0):
-        raise InvalidArgumentError(
-            f"rank={rank!r} with world_size={world_size!r}: only rank 0 (or None) exists "
-            "until tensor-parallel support"
+def check_rank(
+    rank: int | None, world_size: int | None, opened: shard.Resolved | None = None
+) -> None:
+    """A load's rank and world size must be those the file was opened for
+    (a per-rank file), or fit a single file (rank 0, world size 1)."""
+    shard.check_rank_args(rank, world_size)
+    if opened is None or opened.rank is None:
+        shard.check_single(opened.uri if opened else "this file", rank, world_size)
+        return
+    if (rank is not None and rank != opened.rank) or (
+        world_size is not None and opened.world_size not in (None, world_size)
+    ):
+        raise ShardMismatchError(
+            f"{opened.uri} was opened as rank {opened.rank} of world_size "
+            f"{opened.world_size}; asked rank={rank}, world_size={world_size}",
+            uri=opened.uri,
         )
 
 
@@ -143,11 +151,27 @@ class TensorFile:
     """An opened ``.tensors`` file: header and index are read on open; tensor
     bytes only when loaded. Use as a context manager."""
 
-    def __init__(self, uri: str | os.PathLike[str], **opts: Any) -> None:
+    def __init__(
+        self,
+        uri: str | os.PathLike[str],
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+        verify_manifest_hashes: bool = False,
+        **opts: Any,
+    ) -> None:
         source_opts, self._load_opts = split_options(opts)
+        # A template or directory becomes this rank's file, checked against
+        # the manifest before the native open (shard.py).
+        self.opened = shard.resolve(
+            os.fspath(uri), rank, world_size, verify_hashes=verify_manifest_hashes
+        )
         # Credentials and presigned URLs go to the native source and are not
         # kept here: ``uri`` is the redacted form used in messages.
-        self._reader: _native.Reader | None = _native.Reader(os.fspath(uri), **source_opts)
+        try:
+            self._reader: _native.Reader | None = _native.Reader(self.opened.uri, **source_opts)
+        except NotFoundError as e:
+            raise shard.name_rank(e, self.opened) from e
         self.uri: str = self._reader.uri
         self.version: int = self._reader.version
         self.file_size: int = self._reader.file_size
@@ -277,7 +301,7 @@ class TensorFile:
         returned, so no partially filled tensor escapes.
         """
         started = time.perf_counter()
-        check_rank(rank, world_size)
+        check_rank(rank, world_size, self.opened)
         target = _torch.as_device(device)
         cast = None
         if dtype is not None:
@@ -329,48 +353,15 @@ def _name_list(names: Iterable[NameOrPath]) -> list[NameOrPath]:
     return list(names)
 
 
-def restructure(
-    flat: Sequence[tuple[tuple[PathPart, ...], torch.Tensor]], *, uri: str | None = None
-) -> StateDict:
-    """Rebuild the dicts and lists ``write_state_dict`` flattened into paths.
-
-    A level whose keys are ints becomes a list ordered by key (as tensorizer's
-    ``tree()`` does); mixing int and str keys on one level, or a name that is
-    both a tensor and a prefix, is a FormatError.
-    """
-    root: dict[PathPart, Any] = {}
-    for path, tensor in flat:
-        if not path:
-            raise FormatError("empty tensor path", uri=uri)
-        node = root
-        for part in path[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise FormatError(f"tensor path {list(path)} conflicts with a tensor", uri=uri)
-            node = child
-        if path[-1] in node:
-            raise FormatError(f"tensor path {list(path)} conflicts with another", uri=uri)
-        node[path[-1]] = tensor
-    return _retype(root, uri)
-
-
-def _retype(node: dict[PathPart, Any], uri: str | None) -> StateDict:
-    for key, value in node.items():
-        if isinstance(value, dict):
-            node[key] = _retype(value, uri)
-    kinds = {isinstance(k, int) for k in node}
-    if kinds == {True}:
-        return [node[k] for k in sorted(node)]  # type: ignore[type-var]
-    if len(kinds) > 1:
-        raise FormatError("tensor paths mix list indices and names on one level", uri=uri)
-    return node
-
-
 def open(uri: str | os.PathLike[str], **opts: Any) -> TensorFile:  # noqa: A001
     """Open a tensorizer file and read its header and index.
 
     ``uri`` is a local path (or ``file://``), ``s3://bucket/key``, or an
     ``http(s)://`` URL (a presigned URL works; the server must honour Range).
+    A per-rank template (``model-rank-%03d.tensors`` or ``{rank}``) or a
+    directory (``…/``) with ``rank=`` (and ``world_size=``) opens that rank's
+    file, checked against ``fastshard-manifest.json`` when there is one
+    (``verify_manifest_hashes=True`` also rehashes a local file).
 
     Load options: ``verify_hash`` (check CRC32 and SHA-256 of every tensor
     loaded), ``concurrency`` (ranged reads in flight), ``part_size_bytes``
@@ -400,5 +391,6 @@ def load_state_dict(uri: str | os.PathLike[str], **opts: Any) -> StateDict:
     ``device``, ``names``, ``rank``, ``world_size`` and ``dtype`` go to the
     load, everything else to ``open``."""
     kwargs = {k: opts.pop(k) for k in _SD_KWARGS if k in opts}
-    with TensorFile(uri, **opts) as f:
+    rank, world_size = kwargs.get("rank"), kwargs.get("world_size")
+    with TensorFile(uri, rank=rank, world_size=world_size, **opts) as f:
         return f.load_state_dict(**kwargs)

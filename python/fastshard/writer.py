@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import _native, _torch
+from . import _native, _torch, shard
 from .errors import InvalidArgumentError, UnsupportedError
 from .reader import LATER_OPTS, SOURCE_OPTS, source_options
 
@@ -119,3 +119,52 @@ def save(
         if "exact index" not in str(e):
             raise
         return _native.write_file(path, specs, buffers, exact_index=True, **native_opts)
+
+
+def save_sharded(
+    state_dicts: Sequence[torch.nn.Module | Mapping[str, Any] | Sequence[Any]],
+    uri: str | os.PathLike[str],
+    *,
+    exact_index: bool | None = None,
+    packed: bool = False,
+    **opts: Any,
+) -> list[str]:
+    """Write one file per rank; returns their URIs in rank order.
+
+    ``uri`` is a per-rank template (``model-rank-%03d.tensors``, any
+    ``%0Nd``/``%d``, or ``{rank}``) or a directory (``…/``, written as
+    ``model-rank-%03d.tensors`` inside it). ``state_dicts[r]`` is written by
+    ``fastshard.save`` to rank r's name, then ``fastshard-manifest.json``
+    (world size, file names, sizes, SHA-256) beside them, for local paths
+    only: this build cannot write non-tensorizer objects to S3, so a remote
+    set gets no manifest (a warning is logged). Options as ``fastshard.save``.
+    """
+    from . import __version__
+
+    if packed:
+        raise UnsupportedError("save_sharded(packed=True): one packed object is not built yet")
+    if isinstance(state_dicts, (Mapping, torch.nn.Module)) or not isinstance(state_dicts, Sequence):
+        raise InvalidArgumentError(
+            "save_sharded needs a list with one state dict (or module) per rank, "
+            f"not {type(state_dicts).__name__}"
+        )
+    if not state_dicts:
+        raise InvalidArgumentError("save_sharded needs at least one rank's state dict")
+    template = os.fspath(uri)
+    if shard.is_directory(template):
+        template = template.rstrip("/") + "/" + shard.DEFAULT_TEMPLATE
+    if not shard.is_template(template):
+        raise InvalidArgumentError(
+            f"{template!r} is not a per-rank template: use e.g. model-rank-%03d.tensors or "
+            "model-{rank}.tensors, or a directory ending in '/'"
+        )
+    uris = [shard.format_rank(template, rank) for rank in range(len(state_dicts))]
+    if len(set(uris)) != len(uris):  # e.g. a "%%d" that is no rank spec
+        raise InvalidArgumentError(f"{template!r} gives the same name to several ranks")
+    shard.remove_stale_manifest(template)
+    sizes = [
+        save(state, target, exact_index=exact_index, **opts)
+        for state, target in zip(state_dicts, uris, strict=True)
+    ]
+    shard.write_manifest(template, sizes, __version__)
+    return uris
