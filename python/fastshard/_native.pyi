@@ -71,6 +71,9 @@ class SourceOptions(TypedDict, total=False):
     max_attempts: int | None
     deadline_seconds: float | None
 
+# Names of the source options (keys of SourceOptions), as the native layer accepts them.
+SOURCE_OPTIONS: list[str]
+
 class Reader:
     """An opened tensorizer file: header and index fetched and validated.
 

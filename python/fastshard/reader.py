@@ -28,22 +28,8 @@ StateDict = dict[str, torch.Tensor] | dict[Any, Any] | list[Any]
 _LOAD_OPTS = frozenset({"verify_hash", "concurrency", "part_size_bytes"})
 # Options of the source (``Reader(uri, **opts)``, ``write_file``): where an
 # S3 object or URL is, which credentials to use, how hard to retry.
-SOURCE_OPTS = frozenset(
-    {
-        "s3_endpoint",
-        "s3_access_key_id",
-        "s3_secret_access_key",
-        "s3_session_token",
-        "s3_region",
-        "s3_profile",
-        "s3_config_path",
-        "s3_addressing",
-        "ca_bundle",
-        "s3_anonymous",
-        "max_attempts",
-        "deadline_seconds",
-    }
-)
+# The native layer owns the list, so the two can never disagree.
+SOURCE_OPTS = frozenset(_native.SOURCE_OPTIONS)
 _PATH_OPTS = frozenset({"s3_config_path", "ca_bundle"})
 # Part of the public contract but implemented by later work; refusing them
 # beats silently ignoring e.g. an encryption key.

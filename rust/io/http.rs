@@ -9,7 +9,9 @@ use reqwest::header::{HeaderMap, CONTENT_RANGE, ETAG, IF_MATCH, LAST_MODIFIED, R
 use reqwest::StatusCode;
 
 use super::retry::RetryPolicy;
-use super::sink::{read_part_retrying, PartSink, Streamer};
+use super::sink::{
+    exact, read_part_retrying, retrying, PartSink, Streamer, NETWORK_CONCURRENCY, NETWORK_PLAN,
+};
 use super::{BoxFuture, Discovery, PartStats, RangeSource};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{CancelToken, Destinations};
@@ -125,42 +127,32 @@ impl HttpSource {
         len: u64,
         cancel: &CancelToken,
     ) -> Result<(Vec<u8>, Option<u64>, HeaderMap)> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let once = async {
-                let resp = self.send(start, start + len).await?;
-                let status = resp.status();
-                let headers = resp.headers().clone();
-                let total = if status == StatusCode::PARTIAL_CONTENT {
-                    headers
-                        .get(CONTENT_RANGE)
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.rsplit_once('/'))
-                        .and_then(|(_, t)| t.parse::<u64>().ok())
-                } else {
-                    resp.content_length()
-                };
-                if status == StatusCode::OK && total.is_some_and(|t| t > len) && start == 0 {
-                    return Err(Error::new(
-                        ErrorKind::Unsupported,
-                        "the server ignores Range requests; fastshard needs ranged reads",
-                    ));
-                }
-                let body = resp
-                    .bytes()
-                    .await
-                    .map_err(|e| transport_error(&e).with_range(start..start + len))?;
-                Ok((body.to_vec(), total, headers))
+        retrying(&self.policy, cancel, || async {
+            let resp = self.send(start, start + len).await?;
+            let status = resp.status();
+            let headers = resp.headers().clone();
+            let total = if status == StatusCode::PARTIAL_CONTENT {
+                headers
+                    .get(CONTENT_RANGE)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.rsplit_once('/'))
+                    .and_then(|(_, t)| t.parse::<u64>().ok())
+            } else {
+                resp.content_length()
             };
-            match once.await {
-                Ok(v) => return Ok(v),
-                Err(e) => {
-                    let delay = self.policy.next_delay(attempt, e, cancel.deadline())?;
-                    self.policy.wait(delay, cancel).await?;
-                }
+            if status == StatusCode::OK && total.is_some_and(|t| t > len) && start == 0 {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    "the server ignores Range requests; fastshard needs ranged reads",
+                ));
             }
-        }
+            let body = resp
+                .bytes()
+                .await
+                .map_err(|e| transport_error(&e).with_range(start..start + len))?;
+            Ok((body.to_vec(), total, headers))
+        })
+        .await
     }
 }
 
@@ -271,14 +263,7 @@ impl RangeSource for HttpSource {
     ) -> BoxFuture<'a, Result<Vec<u8>>> {
         Box::pin(async move {
             let (bytes, _, _) = self.get_bytes(offset, len, cancel).await?;
-            if bytes.len() as u64 != len {
-                return Err(Error::format(format!(
-                    "object is truncated: asked for {len} bytes, got {}",
-                    bytes.len()
-                ))
-                .with_range(offset..offset + len));
-            }
-            Ok(bytes)
+            exact(bytes, offset, len)
         })
     }
 
@@ -295,14 +280,11 @@ impl RangeSource for HttpSource {
     }
 
     fn plan_options(&self) -> PlanOptions {
-        PlanOptions {
-            gap_threshold: 1024 * 1024,
-            part_size: 16 * 1024 * 1024,
-        }
+        NETWORK_PLAN
     }
 
     fn default_concurrency(&self) -> usize {
-        16
+        NETWORK_CONCURRENCY
     }
 }
 

@@ -8,7 +8,7 @@ use super::retry::RetryPolicy;
 use super::{BoxFuture, PartStats};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{CancelToken, Destinations};
-use crate::plan::Part;
+use crate::plan::{Part, PlanOptions};
 
 /// Places the bytes of `[part.start, part.end)`, arriving in order, into the
 /// part's segments; gap bytes are dropped.
@@ -80,6 +80,50 @@ impl<'a> PartSink<'a> {
         }
         Ok(())
     }
+}
+
+/// How network sources (S3, HTTP) coalesce and split, and how many parts
+/// they keep in flight: chosen by the sweep in `benches/bench_remote.py`.
+pub const NETWORK_PLAN: PlanOptions = PlanOptions {
+    gap_threshold: 1024 * 1024,
+    part_size: 16 * 1024 * 1024,
+};
+pub const NETWORK_CONCURRENCY: usize = 16;
+
+/// Runs a request again on transient failures, within the policy's
+/// attempts and the token's deadline. The closure rebuilds the request.
+pub async fn retrying<T, F, Fut>(
+    policy: &RetryPolicy,
+    cancel: &CancelToken,
+    mut request: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match request().await {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                let delay = policy.next_delay(attempt, e, cancel.deadline())?;
+                policy.wait(delay, cancel).await?;
+            }
+        }
+    }
+}
+
+/// `bytes` must be exactly the `len` bytes asked for at `offset`.
+pub fn exact(bytes: Vec<u8>, offset: u64, len: u64) -> Result<Vec<u8>> {
+    if bytes.len() as u64 != len {
+        return Err(Error::format(format!(
+            "object is truncated: asked for {len} bytes, got {}",
+            bytes.len()
+        ))
+        .with_range(offset..offset + len));
+    }
+    Ok(bytes)
 }
 
 /// A source that can stream `[start, end)` of its object into a sink.

@@ -16,6 +16,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reader::Reader>()?;
     m.add_function(wrap_pyfunction!(writer::write_file, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_itemsize, m)?)?;
+    m.add("SOURCE_OPTIONS", options::KNOWN.to_vec())?;
     Ok(())
 }
 

@@ -12,7 +12,7 @@ use crate::io::s3::{Addressing, S3Options};
 use crate::io::{RetryPolicy, SourceOptions};
 
 /// Names the native layer understands; anything else is a caller mistake.
-const KNOWN: &[&str] = &[
+pub const KNOWN: &[&str] = &[
     "s3_endpoint",
     "s3_access_key_id",
     "s3_secret_access_key",

@@ -12,12 +12,15 @@ pub use upload::{MultipartWriter, UploadTarget};
 
 use std::sync::{Arc, OnceLock};
 
+use aws_sdk_s3::operation::get_object::GetObjectOutput;
 use aws_sdk_s3::Client;
 
 pub use config::{Addressing, CredentialSource, EnvSnapshot, S3Options};
 
 use super::retry::RetryPolicy;
-use super::sink::{read_part_retrying, PartSink, Streamer};
+use super::sink::{
+    exact, read_part_retrying, retrying, PartSink, Streamer, NETWORK_CONCURRENCY, NETWORK_PLAN,
+};
 use super::{BoxFuture, Discovery, PartStats, RangeSource};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{CancelToken, Destinations};
@@ -98,8 +101,8 @@ impl S3Source {
         &self.client
     }
 
-    /// One ranged GET, streamed into `sink`.
-    async fn get_into(&self, start: u64, end: u64, sink: &mut PartSink<'_>) -> Result<()> {
+    /// A ranged GET of `[start, end)`, pinned to the discovered ETag.
+    async fn get(&self, start: u64, end: u64) -> Result<GetObjectOutput> {
         let mut req = self
             .client
             .get_object()
@@ -109,10 +112,14 @@ impl S3Source {
         if let Some(Some(etag)) = self.etag.get() {
             req = req.if_match(etag);
         }
-        let out = req
-            .send()
+        req.send()
             .await
-            .map_err(|e| errors::map(e, self.credentials).with_range(start..end))?;
+            .map_err(|e| errors::map(e, self.credentials).with_range(start..end))
+    }
+
+    /// One ranged GET, streamed into `sink`.
+    async fn get_into(&self, start: u64, end: u64, sink: &mut PartSink<'_>) -> Result<()> {
+        let out = self.get(start, end).await?;
         let mut body = out.body;
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| {
@@ -130,17 +137,7 @@ impl S3Source {
         len: u64,
         cancel: &CancelToken,
     ) -> Result<(Vec<u8>, Option<u64>, Option<String>)> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.get_bytes_once(start, len).await {
-                Ok(v) => return Ok(v),
-                Err(e) => {
-                    let delay = self.policy.next_delay(attempt, e, cancel.deadline())?;
-                    self.policy.wait(delay, cancel).await?;
-                }
-            }
-        }
+        retrying(&self.policy, cancel, || self.get_bytes_once(start, len)).await
     }
 
     async fn get_bytes_once(
@@ -149,19 +146,7 @@ impl S3Source {
         len: u64,
     ) -> Result<(Vec<u8>, Option<u64>, Option<String>)> {
         let end = start + len;
-        let mut req = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(&self.key)
-            .range(format!("bytes={}-{}", start, end - 1));
-        if let Some(Some(etag)) = self.etag.get() {
-            req = req.if_match(etag);
-        }
-        let out = req
-            .send()
-            .await
-            .map_err(|e| errors::map(e, self.credentials).with_range(start..end))?;
+        let out = self.get(start, end).await?;
         let total = out
             .content_range()
             .and_then(|r| r.rsplit_once('/'))
@@ -223,14 +208,7 @@ impl RangeSource for S3Source {
     ) -> BoxFuture<'a, Result<Vec<u8>>> {
         Box::pin(async move {
             let (bytes, _, _) = self.get_bytes(offset, len, cancel).await?;
-            if bytes.len() as u64 != len {
-                return Err(Error::format(format!(
-                    "object is truncated: asked for {len} bytes, got {}",
-                    bytes.len()
-                ))
-                .with_range(offset..offset + len));
-            }
-            Ok(bytes)
+            exact(bytes, offset, len)
         })
     }
 
@@ -247,13 +225,10 @@ impl RangeSource for S3Source {
     }
 
     fn plan_options(&self) -> PlanOptions {
-        PlanOptions {
-            gap_threshold: 1024 * 1024,
-            part_size: 16 * 1024 * 1024,
-        }
+        NETWORK_PLAN
     }
 
     fn default_concurrency(&self) -> usize {
-        16
+        NETWORK_CONCURRENCY
     }
 }

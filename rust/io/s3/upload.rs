@@ -19,6 +19,7 @@ use super::errors;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::CancelToken;
 use crate::io::retry::RetryPolicy;
+use crate::io::sink::retrying;
 
 /// Parts uploaded at once; each holds `part_size` bytes in memory.
 const IN_FLIGHT: usize = 4;
@@ -106,7 +107,7 @@ impl MultipartWriter {
         let (client, bucket, key, creds) = self.parts_of_request();
         let out = self
             .rt
-            .block_on(retrying(&self.policy, || {
+            .block_on(retrying(&self.policy, &CancelToken::new(), || {
                 let req = client.create_multipart_upload().bucket(&bucket).key(&key);
                 async move { req.send().await.map_err(|e| errors::map(e, creds)) }
             }))
@@ -140,7 +141,7 @@ impl MultipartWriter {
         let _guard = self.rt.enter();
         self.tasks.spawn(async move {
             let len = body.len() as i64;
-            let out = retrying(&policy, || {
+            let out = retrying(&policy, &CancelToken::new(), || {
                 let req = client
                     .upload_part()
                     .bucket(&bucket)
@@ -203,7 +204,7 @@ impl MultipartWriter {
             let (client, bucket, key, creds) = self.parts_of_request();
             return self
                 .rt
-                .block_on(retrying(&self.policy, || {
+                .block_on(retrying(&self.policy, &CancelToken::new(), || {
                     let req = client
                         .put_object()
                         .bucket(&bucket)
@@ -288,27 +289,6 @@ impl Drop for MultipartWriter {
         // Dropped without `finish` (an error upstream): leave nothing behind.
         if self.upload_id.is_some() {
             self.abort();
-        }
-    }
-}
-
-/// Runs one request, retrying transient failures (throttling, 5xx, resets)
-/// as reads do; the request must be rebuildable, hence the closure.
-async fn retrying<T, F, Fut>(policy: &RetryPolicy, mut request: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    let cancel = CancelToken::new();
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        match request().await {
-            Ok(v) => return Ok(v),
-            Err(e) => {
-                let delay = policy.next_delay(attempt, e, None)?;
-                policy.wait(delay, &cancel).await?;
-            }
         }
     }
 }
