@@ -38,7 +38,7 @@ PYTEST_ARGS ?=
 PYTEST_TIMEOUT ?= 900
 
 .PHONY: help setup develop develop-release test test-rust test-py lint fmt-check clippy ruff \
-	fmt bench bench-remote demo clean distclean
+	fmt bench bench-remote demo demo-local clean distclean
 
 help: ## List the targets
 	@echo "fastshard: make TARGET"
@@ -89,8 +89,11 @@ bench: develop-release ## Release build, then benches/bench_local.py (BENCH_ARGS
 bench-remote: develop-release ## Release build, then benches/bench_remote.py against SeaweedFS + nginx (BENCH_ARGS="--quick ...")
 	@$(TIMED) bench-remote $(PY) benches/bench_remote.py $(BENCH_ARGS)
 
-demo: develop-release ## The main job: write a ~1 GiB model with tensorizer, load it with fastshard and peers
-	@$(TIMED) demo $(PY) scripts/demo.py $(DEMO_ARGS)
+demo: develop-release ## The main job: a ~1 GiB model on a local S3 server, loaded by 4 ranks (fastshard vs tensorizer)
+	@$(TIMED) demo $(PY) scripts/demo_s3.py $(DEMO_ARGS)
+
+demo-local: develop-release ## A ~1 GiB tensorizer file on local disk, loaded by fastshard, tensorizer and safetensors
+	@$(TIMED) demo-local $(PY) scripts/demo.py $(DEMO_ARGS)
 
 clean: ## Remove build outputs, benchmark scratch files and caches (keeps .venv)
 	$(CARGO) clean
