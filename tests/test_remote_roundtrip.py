@@ -110,10 +110,11 @@ def _save_sources() -> dict[str, Any]:
     }
 
 
-def _tensorizer_read_s3(seaweed, uri: str) -> dict[str, torch.Tensor]:
-    from tensorizer import TensorDeserializer, stream_io
+def _tensorizer_stream(seaweed, uri: str):
+    """The real tensorizer's own S3 read path (presigned URL + curl)."""
+    from tensorizer import stream_io
 
-    stream = stream_io.open_stream(
+    return stream_io.open_stream(
         uri,
         "rb",
         s3_endpoint=seaweed.endpoint,
@@ -121,6 +122,12 @@ def _tensorizer_read_s3(seaweed, uri: str) -> dict[str, torch.Tensor]:
         s3_secret_access_key=seaweed.secret_key,
         force_http=True,
     )
+
+
+def _tensorizer_read_s3(seaweed, uri: str) -> dict[str, torch.Tensor]:
+    from tensorizer import TensorDeserializer
+
+    stream = _tensorizer_stream(seaweed, uri)
     with stream, TensorDeserializer(stream, device="cpu", verify_hash=True) as d:
         return {k: v.detach().clone() for k, v in d.items()}
 
@@ -154,17 +161,10 @@ def test_save_module_to_s3_read_by_tensorizer_into_module(seaweed):
     src = small_net(seed=21)
     uri = f"s3://{seaweed.bucket}/saved/module.tensors"
     fastshard.save(src, uri, **seaweed.opts())
-    from tensorizer import TensorDeserializer, stream_io
+    from tensorizer import TensorDeserializer
 
     dst = small_net(seed=22)
-    stream = stream_io.open_stream(
-        uri,
-        "rb",
-        s3_endpoint=seaweed.endpoint,
-        s3_access_key_id=seaweed.access_key,
-        s3_secret_access_key=seaweed.secret_key,
-        force_http=True,
-    )
+    stream = _tensorizer_stream(seaweed, uri)
     with stream, TensorDeserializer(stream, device="cpu", verify_hash=True) as d:
         d.load_into_module(dst)
     for key, value in src.state_dict().items():

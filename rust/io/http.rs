@@ -2,27 +2,26 @@
 //! through reqwest. Query strings are never shown in errors, since a
 //! presigned URL's signature is a credential.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, CONTENT_RANGE, ETAG, IF_MATCH, LAST_MODIFIED, RANGE};
+use reqwest::header::{CONTENT_RANGE, ETAG, IF_MATCH, LAST_MODIFIED, RANGE};
 use reqwest::StatusCode;
 
 use super::retry::RetryPolicy;
-use super::sink::{
-    exact, read_part_retrying, retrying, PartSink, Streamer, NETWORK_CONCURRENCY, NETWORK_PLAN,
-};
-use super::{BoxFuture, Discovery, PartStats, RangeSource};
+use super::sink::{Fetched, PartSink, RangedObject, Streamer};
+use super::BoxFuture;
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::{CancelToken, Destinations};
-use crate::plan::{Part, PlanOptions};
+
+/// A conditional header and its value, sent with every request after discovery.
+type Pin = (reqwest::header::HeaderName, String);
 
 pub struct HttpSource {
     url: String,
     shown: String,
     client: reqwest::Client,
     /// `If-Match` (ETag) or `If-Unmodified-Since` pin learned at discovery.
-    pin: OnceLock<Option<(reqwest::header::HeaderName, String)>>,
+    pin: OnceLock<Option<Pin>>,
     policy: RetryPolicy,
 }
 
@@ -121,38 +120,42 @@ impl HttpSource {
         Ok(())
     }
 
-    async fn get_bytes(
-        &self,
-        start: u64,
-        len: u64,
-        cancel: &CancelToken,
-    ) -> Result<(Vec<u8>, Option<u64>, HeaderMap)> {
-        retrying(&self.policy, cancel, || async {
-            let resp = self.send(start, start + len).await?;
-            let status = resp.status();
-            let headers = resp.headers().clone();
-            let total = if status == StatusCode::PARTIAL_CONTENT {
-                headers
-                    .get(CONTENT_RANGE)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.rsplit_once('/'))
-                    .and_then(|(_, t)| t.parse::<u64>().ok())
-            } else {
-                resp.content_length()
-            };
-            if status == StatusCode::OK && total.is_some_and(|t| t > len) && start == 0 {
-                return Err(Error::new(
-                    ErrorKind::Unsupported,
-                    "the server ignores Range requests; fastshard needs ranged reads",
-                ));
-            }
-            let body = resp
-                .bytes()
-                .await
-                .map_err(|e| transport_error(&e).with_range(start..start + len))?;
-            Ok((body.to_vec(), total, headers))
+    async fn get_bytes_once(&self, start: u64, len: u64) -> Result<Fetched<Option<Pin>>> {
+        let resp = self.send(start, start + len).await?;
+        let status = resp.status();
+        let headers = resp.headers();
+        let total = if status == StatusCode::PARTIAL_CONTENT {
+            headers
+                .get(CONTENT_RANGE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.rsplit_once('/'))
+                .and_then(|(_, t)| t.parse::<u64>().ok())
+        } else {
+            resp.content_length()
+        };
+        if status == StatusCode::OK && total.is_some_and(|t| t > len) && start == 0 {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "the server ignores Range requests; fastshard needs ranged reads",
+            ));
+        }
+        let version = if let Some(etag) = headers.get(ETAG).and_then(|v| v.to_str().ok()) {
+            Some((IF_MATCH, etag.to_string()))
+        } else {
+            headers
+                .get(LAST_MODIFIED)
+                .and_then(|v| v.to_str().ok())
+                .map(|lm| (reqwest::header::IF_UNMODIFIED_SINCE, lm.to_string()))
+        };
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| transport_error(&e).with_range(start..start + len))?;
+        Ok(Fetched {
+            bytes: body.to_vec(),
+            total,
+            version,
         })
-        .await
     }
 }
 
@@ -224,67 +227,23 @@ impl Streamer for HttpSource {
     }
 }
 
-impl RangeSource for HttpSource {
-    fn uri(&self) -> &str {
+impl RangedObject for HttpSource {
+    type Version = Option<Pin>;
+
+    fn shown_uri(&self) -> &str {
         &self.shown
     }
 
-    fn discover<'a>(
-        &'a self,
-        len: u64,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Discovery>> {
-        Box::pin(async move {
-            let (prefix, total, headers) = self.get_bytes(0, len.max(1), cancel).await?;
-            let size = total.ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Network,
-                    "the server did not say how large the object is",
-                )
-            })?;
-            let pin = if let Some(etag) = headers.get(ETAG).and_then(|v| v.to_str().ok()) {
-                Some((IF_MATCH, etag.to_string()))
-            } else {
-                headers
-                    .get(LAST_MODIFIED)
-                    .and_then(|v| v.to_str().ok())
-                    .map(|lm| (reqwest::header::IF_UNMODIFIED_SINCE, lm.to_string()))
-            };
-            let _ = self.pin.set(pin);
-            Ok(Discovery { prefix, size })
-        })
+    fn policy(&self) -> &RetryPolicy {
+        &self.policy
     }
 
-    fn read_range<'a>(
-        &'a self,
-        offset: u64,
-        len: u64,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Vec<u8>>> {
-        Box::pin(async move {
-            let (bytes, _, _) = self.get_bytes(offset, len, cancel).await?;
-            exact(bytes, offset, len)
-        })
+    fn get_once(&self, start: u64, len: u64) -> BoxFuture<'_, Result<Fetched<Option<Pin>>>> {
+        Box::pin(self.get_bytes_once(start, len))
     }
 
-    fn read_part(
-        self: Arc<Self>,
-        part: Part,
-        dest: Arc<Destinations>,
-        cancel: CancelToken,
-    ) -> BoxFuture<'static, Result<PartStats>> {
-        Box::pin(async move {
-            let policy = self.policy;
-            read_part_retrying(self.as_ref(), &part, &dest, &cancel, &policy).await
-        })
-    }
-
-    fn plan_options(&self) -> PlanOptions {
-        NETWORK_PLAN
-    }
-
-    fn default_concurrency(&self) -> usize {
-        NETWORK_CONCURRENCY
+    fn pin(&self, version: Option<Pin>) {
+        let _ = self.pin.set(version);
     }
 }
 

@@ -1,11 +1,14 @@
-//! Streaming a ranged response into a part's destinations, and the retry
-//! loop every network source shares. A retry resumes where the last attempt
-//! stopped, so a failure late in a part re-fetches only what is missing.
+//! What every network source (S3, HTTP) shares: streaming a ranged response
+//! into a part's destinations, the retry loop, and one `RangeSource`
+//! implementation over the few things each source does its own way (see
+//! [`RangedObject`]). A retry resumes where the last attempt stopped, so a
+//! failure late in a part re-fetches only what is missing.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::retry::RetryPolicy;
-use super::{BoxFuture, PartStats};
+use super::{BoxFuture, Discovery, PartStats, RangeSource};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{CancelToken, Destinations};
 use crate::plan::{Part, PlanOptions};
@@ -166,6 +169,93 @@ pub async fn read_part_retrying<S: Streamer + ?Sized>(
         let delay: Duration = policy.next_delay(attempt, err, cancel.deadline())?;
         stats.retries += 1;
         policy.wait(delay, cancel).await?;
+    }
+}
+
+/// One ranged GET read into memory: the bytes, the object's total size when
+/// the response says it, and the version the source would pin.
+pub struct Fetched<V> {
+    pub bytes: Vec<u8>,
+    pub total: Option<u64>,
+    pub version: V,
+}
+
+/// The parts of a network source that differ between S3 and HTTP; the
+/// blanket `RangeSource` impl below builds discovery, index reads and part
+/// fetches from them, with the same retries for both.
+pub trait RangedObject: Streamer + 'static {
+    /// What pins later requests to the discovered object (an ETag, or a
+    /// Last-Modified date), so a replaced object fails instead of mixing.
+    type Version: Send;
+
+    /// The URI as shown in messages (never credentials or signatures).
+    fn shown_uri(&self) -> &str;
+
+    fn policy(&self) -> &RetryPolicy;
+
+    /// One attempt at `len` bytes from `start`, read into memory.
+    fn get_once(&self, start: u64, len: u64) -> BoxFuture<'_, Result<Fetched<Self::Version>>>;
+
+    /// Pins every later request to `version` (called once, at discovery).
+    fn pin(&self, version: Self::Version);
+}
+
+impl<T: RangedObject> RangeSource for T {
+    fn uri(&self) -> &str {
+        self.shown_uri()
+    }
+
+    fn discover<'a>(
+        &'a self,
+        len: u64,
+        cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Discovery>> {
+        Box::pin(async move {
+            let len = len.max(1);
+            let got = retrying(self.policy(), cancel, || self.get_once(0, len)).await?;
+            let size = got.total.ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Network,
+                    "the response did not say how large the object is",
+                )
+            })?;
+            self.pin(got.version);
+            Ok(Discovery {
+                prefix: got.bytes,
+                size,
+            })
+        })
+    }
+
+    fn read_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Vec<u8>>> {
+        Box::pin(async move {
+            let got = retrying(self.policy(), cancel, || self.get_once(offset, len)).await?;
+            exact(got.bytes, offset, len)
+        })
+    }
+
+    fn read_part(
+        self: Arc<Self>,
+        part: Part,
+        dest: Arc<Destinations>,
+        cancel: CancelToken,
+    ) -> BoxFuture<'static, Result<PartStats>> {
+        Box::pin(async move {
+            read_part_retrying(self.as_ref(), &part, &dest, &cancel, self.policy()).await
+        })
+    }
+
+    fn plan_options(&self) -> PlanOptions {
+        NETWORK_PLAN
+    }
+
+    fn default_concurrency(&self) -> usize {
+        NETWORK_CONCURRENCY
     }
 }
 

@@ -10,7 +10,7 @@ mod upload;
 
 pub use upload::{MultipartWriter, UploadTarget};
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use aws_sdk_s3::operation::get_object::GetObjectOutput;
 use aws_sdk_s3::Client;
@@ -18,13 +18,9 @@ use aws_sdk_s3::Client;
 pub use config::{Addressing, CredentialSource, EnvSnapshot, S3Options};
 
 use super::retry::RetryPolicy;
-use super::sink::{
-    exact, read_part_retrying, retrying, PartSink, Streamer, NETWORK_CONCURRENCY, NETWORK_PLAN,
-};
-use super::{BoxFuture, Discovery, PartStats, RangeSource};
+use super::sink::{Fetched, PartSink, RangedObject, Streamer};
+use super::BoxFuture;
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::{CancelToken, Destinations};
-use crate::plan::{Part, PlanOptions};
 
 pub struct S3Source {
     uri: String,
@@ -131,20 +127,7 @@ impl S3Source {
         Ok(())
     }
 
-    async fn get_bytes(
-        &self,
-        start: u64,
-        len: u64,
-        cancel: &CancelToken,
-    ) -> Result<(Vec<u8>, Option<u64>, Option<String>)> {
-        retrying(&self.policy, cancel, || self.get_bytes_once(start, len)).await
-    }
-
-    async fn get_bytes_once(
-        &self,
-        start: u64,
-        len: u64,
-    ) -> Result<(Vec<u8>, Option<u64>, Option<String>)> {
+    async fn get_bytes_once(&self, start: u64, len: u64) -> Result<Fetched<Option<String>>> {
         let end = start + len;
         let out = self.get(start, end).await?;
         let total = out
@@ -161,7 +144,11 @@ impl S3Source {
             Error::new(ErrorKind::Network, format!("response body broke off: {e}"))
                 .with_range(start..end)
         })?;
-        Ok((bytes.to_vec(), total, etag))
+        Ok(Fetched {
+            bytes: bytes.to_vec(),
+            total,
+            version: etag,
+        })
     }
 }
 
@@ -176,59 +163,23 @@ impl Streamer for S3Source {
     }
 }
 
-impl RangeSource for S3Source {
-    fn uri(&self) -> &str {
+impl RangedObject for S3Source {
+    type Version = Option<String>;
+
+    fn shown_uri(&self) -> &str {
         &self.uri
     }
 
-    fn discover<'a>(
-        &'a self,
-        len: u64,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Discovery>> {
-        Box::pin(async move {
-            let (prefix, total, etag) = self.get_bytes(0, len.max(1), cancel).await?;
-            let size = total.ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Network,
-                    "the store did not say how large the object is",
-                )
-            })?;
-            // First writer wins; discovery happens once per source.
-            let _ = self.etag.set(etag);
-            Ok(Discovery { prefix, size })
-        })
+    fn policy(&self) -> &RetryPolicy {
+        &self.policy
     }
 
-    fn read_range<'a>(
-        &'a self,
-        offset: u64,
-        len: u64,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Vec<u8>>> {
-        Box::pin(async move {
-            let (bytes, _, _) = self.get_bytes(offset, len, cancel).await?;
-            exact(bytes, offset, len)
-        })
+    fn get_once(&self, start: u64, len: u64) -> BoxFuture<'_, Result<Fetched<Option<String>>>> {
+        Box::pin(self.get_bytes_once(start, len))
     }
 
-    fn read_part(
-        self: Arc<Self>,
-        part: Part,
-        dest: Arc<Destinations>,
-        cancel: CancelToken,
-    ) -> BoxFuture<'static, Result<PartStats>> {
-        Box::pin(async move {
-            let policy = self.policy;
-            read_part_retrying(self.as_ref(), &part, &dest, &cancel, &policy).await
-        })
-    }
-
-    fn plan_options(&self) -> PlanOptions {
-        NETWORK_PLAN
-    }
-
-    fn default_concurrency(&self) -> usize {
-        NETWORK_CONCURRENCY
+    fn pin(&self, etag: Option<String>) {
+        // First writer wins; discovery happens once per source.
+        let _ = self.etag.set(etag);
     }
 }
