@@ -38,7 +38,7 @@ PYTEST_ARGS ?=
 PYTEST_TIMEOUT ?= 900
 
 .PHONY: help setup develop develop-release test test-rust test-py lint fmt-check clippy ruff \
-	fmt bench bench-remote demo demo-local clean distclean
+	fmt bench bench-remote bench-tp demo demo-local clean distclean
 
 help: ## List the targets
 	@echo "fastshard: make TARGET"
@@ -88,6 +88,9 @@ bench: develop-release ## Release build, then benches/bench_local.py (BENCH_ARGS
 
 bench-remote: develop-release ## Release build, then benches/bench_remote.py against SeaweedFS + nginx (BENCH_ARGS="--quick ...")
 	@$(TIMED) bench-remote $(PY) benches/bench_remote.py $(BENCH_ARGS)
+
+bench-tp: develop-release ## Release build, then benches/bench_tp.py: world size 4 from one model on SeaweedFS, every layout vs tensorizer
+	@$(TIMED) bench-tp $(PY) benches/bench_tp.py $(BENCH_ARGS)
 
 demo: develop-release ## The main job: a ~1 GiB model on a local S3 server, loaded by 4 ranks (fastshard vs tensorizer)
 	@$(TIMED) demo $(PY) scripts/demo_s3.py $(DEMO_ARGS)

@@ -8,7 +8,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, CancelToken, Destinations, ExecOptions};
 use crate::format::{hash, FileHeader, Index, RecordHeader, PREAMBLE_LEN};
 use crate::io::{open_source, RangeSource, SourceOptions};
-use crate::plan::{plan_reads, tensor_wants};
+use crate::plan::{plan_reads, selection_wants, sliced_shape, TensorSlice};
 
 /// Bytes the discovery read asks for: tensorizer reserves a 256 KiB index,
 /// so this covers header, index and the first record headers in one read.
@@ -19,16 +19,25 @@ const DISCOVERY_BYTES: u64 = 320 * 1024;
 /// header would describe an 8 TiB tensor).
 const MAX_RECORD_HEADER: u64 = 64 * 1024 * 1024;
 
+/// Read amplification that large bridged gaps may add to a sliced load.
+const SLICE_AMPLIFICATION: f64 = 1.01;
+
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     pub verify_hash: bool,
     pub concurrency: Option<usize>,
     pub part_size: Option<u64>,
+    /// Host memory the load may hold at once beyond the destinations
+    /// (record headers, scratch for gap bytes); parts wait for room.
+    pub max_host_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LoadStats {
     pub bytes_fetched: u64,
+    /// Bytes that landed in a destination or record header: what the load
+    /// needed; `bytes_fetched / bytes_wanted` is its read amplification.
+    pub bytes_wanted: u64,
     pub requests: u64,
     pub retries: u64,
     pub seconds: f64,
@@ -82,8 +91,11 @@ impl TensorFile {
 
     /// Loads the tensors `selection` (indices into the index) into `dests`,
     /// one region per selected tensor, each exactly its expected byte size.
-    /// Meta tensors are zero-filled. On error the regions hold unspecified
-    /// bytes and must not be used.
+    /// `slices` is empty or holds one entry per selected tensor: `Some` loads
+    /// only that tensor-parallel slice (laid out as the sliced tensor; no
+    /// record header is read, so no hash can be checked). Meta tensors are
+    /// zero-filled. On error the regions hold unspecified bytes and must not
+    /// be used.
     ///
     /// # Safety
     /// Each `(ptr, len)` must be valid for writes of `len` bytes, must not
@@ -92,18 +104,29 @@ impl TensorFile {
     pub unsafe fn load_into(
         &self,
         selection: &[usize],
+        slices: &[Option<TensorSlice>],
         dests: &[(*mut u8, usize)],
         opts: &LoadOptions,
         cancel: &CancelToken,
     ) -> Result<LoadStats> {
         let started = Instant::now();
         let uri = self.uri().to_string();
-        if selection.len() != dests.len() {
+        if selection.len() != dests.len() || !(slices.is_empty() || slices.len() == dests.len()) {
             return Err(Error::invalid(format!(
-                "{} tensors selected but {} destination buffers given",
+                "{} tensors selected, {} slices and {} destination buffers given",
                 selection.len(),
+                slices.len(),
                 dests.len()
             ))
+            .with_uri(uri));
+        }
+        let sliced = slices.iter().any(Option::is_some);
+        if sliced && opts.verify_hash {
+            return Err(Error::invalid(
+                "verify_hash needs whole tensors (tensorizer's hashes cover the full tensor); \
+                 load the slices with verify_hash=False, or verify the file once with \
+                 `fastshard verify`",
+            )
             .with_uri(uri));
         }
         if self.index.has_crypt_info() {
@@ -114,17 +137,29 @@ impl TensorFile {
             .with_uri(uri));
         }
         let mut headers: Vec<Vec<u8>> = Vec::with_capacity(selection.len());
-        for (&e, &(_, len)) in selection.iter().zip(dests) {
+        for (i, (&e, &(_, len))) in selection.iter().zip(dests).enumerate() {
             let entry = self.index.entries.get(e).ok_or_else(|| {
                 Error::invalid(format!("tensor index {e} out of range")).with_uri(&uri)
             })?;
-            let expected = entry.expected_nbytes().unwrap_or(u64::MAX);
+            let slice = slices.get(i).and_then(Option::as_ref);
+            let expected = match slice {
+                None => entry.expected_nbytes(),
+                Some(slice) => sliced_shape(&entry.shape, slice)
+                    .map_err(|err| err.with_tensor(entry.display_name()).with_uri(&uri))?
+                    .iter()
+                    .try_fold(entry.dtype.itemsize() as u64, |a, &d| a.checked_mul(d)),
+            }
+            .unwrap_or(u64::MAX);
             if len as u64 != expected {
                 return Err(Error::invalid(format!(
                     "destination buffer has {len} bytes, tensor needs {expected}"
                 ))
                 .with_tensor(entry.display_name())
                 .with_uri(&uri));
+            }
+            if slice.is_some() {
+                headers.push(Vec::new());
+                continue;
             }
             let header_len = entry.header_len();
             if header_len > MAX_RECORD_HEADER {
@@ -138,6 +173,17 @@ impl TensorFile {
             headers.push(vec![0u8; header_len as usize]);
         }
         let header_bytes: u64 = headers.iter().map(|h| h.len() as u64).sum();
+        let staging_budget = match opts.max_host_bytes {
+            Some(max) if header_bytes > max => {
+                return Err(Error::invalid(format!(
+                    "max_host_bytes={max} is smaller than the {header_bytes} bytes of record \
+                     headers this load must hold; raise it or load fewer tensors per call"
+                ))
+                .with_uri(uri))
+            }
+            Some(max) => Some(max - header_bytes),
+            None => None,
+        };
 
         // Huge pages make faulting in fresh destinations far cheaper on most
         // hosts, but on VMs whose host backs guest memory lazily they can be
@@ -160,7 +206,21 @@ impl TensorFile {
         if let Some(p) = opts.part_size {
             plan_opts.part_size = p.max(1);
         }
-        let plan = plan_reads(tensor_wants(&self.index, selection), plan_opts)?;
+        if sliced {
+            // Other ranks' rows lie between a rank's slices: bridging them
+            // would multiply its traffic. Small gaps (strided columns) are
+            // still bridged; stats report the amplification.
+            plan_opts.max_amplification = Some(SLICE_AMPLIFICATION);
+        }
+        if let Some(budget) = staging_budget {
+            // Gap scratch is the staging a read needs: keep every read
+            // within the budget by not bridging gaps it could not hold.
+            plan_opts.gap_threshold = plan_opts.gap_threshold.min(budget);
+        }
+        let wants =
+            selection_wants(&self.index, selection, slices).map_err(|e| e.with_uri(&uri))?;
+        let plan = plan_reads(wants, plan_opts)?;
+        let bytes_wanted = plan.useful_bytes();
         let concurrency = opts
             .concurrency
             .unwrap_or_else(|| self.source.default_concurrency())
@@ -170,7 +230,10 @@ impl TensorFile {
             Arc::clone(&self.source),
             plan,
             Arc::clone(&destinations),
-            ExecOptions { concurrency },
+            ExecOptions {
+                concurrency,
+                staging_budget,
+            },
             cancel,
         )?;
         drop(destinations);
@@ -179,11 +242,12 @@ impl TensorFile {
 
         Ok(LoadStats {
             bytes_fetched: exec.bytes_fetched,
+            bytes_wanted,
             requests: exec.requests,
             retries: exec.retries,
             seconds: started.elapsed().as_secs_f64(),
             concurrency,
-            peak_host_bytes: header_bytes,
+            peak_host_bytes: header_bytes + exec.peak_staging,
         })
     }
 
@@ -203,10 +267,21 @@ impl TensorFile {
         let check_one = |i: usize| -> Result<()> {
             cancel.check()?;
             let entry = &self.index.entries[selection[i]];
-            let record =
-                RecordHeader::parse(&headers[i], entry.header_offset, entry.long_dims, has_crypt)
+            // A sliced tensor has no header read (see `load_into`).
+            let record = if headers[i].is_empty() {
+                None
+            } else {
+                Some(
+                    RecordHeader::parse(
+                        &headers[i],
+                        entry.header_offset,
+                        entry.long_dims,
+                        has_crypt,
+                    )
                     .and_then(|r| r.check_matches(entry).map(|_| r))
-                    .map_err(|e| e.with_tensor(entry.display_name()))?;
+                    .map_err(|e| e.with_tensor(entry.display_name()))?,
+                )
+            };
             let (ptr, len) = dests.get(i);
             // SAFETY: the executor has finished, so nothing else writes this
             // region; the caller's contract makes it valid for `len` bytes;
@@ -219,9 +294,9 @@ impl TensorFile {
             if entry.is_meta() {
                 data.fill(0);
             }
-            if verify_hash {
+            if let (true, Some(record)) = (verify_hash, &record) {
                 let wire: &[u8] = if entry.is_meta() { &[] } else { data };
-                hash::verify(&record, &headers[i], wire).map_err(|e| {
+                hash::verify(record, &headers[i], wire).map_err(|e| {
                     e.with_tensor(entry.display_name())
                         .with_range(entry.header_offset..entry.data_offset + entry.data_length)
                 })?;

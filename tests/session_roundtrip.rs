@@ -5,6 +5,7 @@ use fastshard::exec::CancelToken;
 use fastshard::format::names::TensorName;
 use fastshard::format::writer::{IndexMode, WriteSpec};
 use fastshard::format::{Dtype, TensorType};
+use fastshard::plan::TensorSlice;
 use fastshard::session::{LoadOptions, TensorFile};
 use fastshard::ErrorKind;
 
@@ -63,7 +64,7 @@ fn load(
     let regions: Vec<(*mut u8, usize)> =
         out.iter_mut().map(|v| (v.as_mut_ptr(), v.len())).collect();
     // SAFETY: `out` owns the regions, outlives the call and is untouched meanwhile.
-    unsafe { file.load_into(selection, &regions, opts, &CancelToken::new()) }?;
+    unsafe { file.load_into(selection, &[], &regions, opts, &CancelToken::new()) }?;
     Ok(out)
 }
 
@@ -76,6 +77,7 @@ fn whole_file_loads_bit_exact_with_small_parts() {
             verify_hash: true,
             concurrency: Some(3),
             part_size: Some(64 * 1024),
+            ..Default::default()
         };
         let got = load(&file, &[0, 1, 2, 3], &opts).unwrap();
         assert_eq!(got, fx.data);
@@ -89,9 +91,16 @@ fn subset_fetches_only_its_records() {
     let mut out = vec![0u8; 2000];
     let regions = [(out.as_mut_ptr(), out.len())];
     // SAFETY: `out` outlives the call and is untouched meanwhile.
-    let stats =
-        unsafe { file.load_into(&[1], &regions, &LoadOptions::default(), &CancelToken::new()) }
-            .unwrap();
+    let stats = unsafe {
+        file.load_into(
+            &[1],
+            &[],
+            &regions,
+            &LoadOptions::default(),
+            &CancelToken::new(),
+        )
+    }
+    .unwrap();
     assert_eq!(out, fx.data[1]);
     let e = &file.index().entries[1];
     assert_eq!(
@@ -159,9 +168,16 @@ fn wrong_buffer_size_is_rejected_before_reading() {
     let mut out = vec![0u8; 7];
     let regions = [(out.as_mut_ptr(), out.len())];
     // SAFETY: `out` outlives the call and is untouched meanwhile.
-    let err =
-        unsafe { file.load_into(&[0], &regions, &LoadOptions::default(), &CancelToken::new()) }
-            .unwrap_err();
+    let err = unsafe {
+        file.load_into(
+            &[0],
+            &[],
+            &regions,
+            &LoadOptions::default(),
+            &CancelToken::new(),
+        )
+    }
+    .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert_eq!(out, vec![0u8; 7]);
 }
@@ -175,8 +191,8 @@ fn cancelled_load_returns_cancelled() {
     let cancel = CancelToken::new();
     cancel.cancel();
     // SAFETY: `out` outlives the call and is untouched meanwhile.
-    let err =
-        unsafe { file.load_into(&[3], &regions, &LoadOptions::default(), &cancel) }.unwrap_err();
+    let err = unsafe { file.load_into(&[3], &[], &regions, &LoadOptions::default(), &cancel) }
+        .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Cancelled);
 }
 
@@ -187,4 +203,88 @@ fn missing_file_is_not_found_with_uri() {
         .unwrap();
     assert_eq!(err.kind(), ErrorKind::NotFound);
     assert_eq!(err.uri(), Some("/definitely/not/here.tensors"));
+}
+
+/// Rank `r` of `w` along `dim` of a row-major `shape` (itemsize 1), the
+/// slow way.
+fn naive_slice(data: &[u8], shape: &[u64], dim: usize, ranges: &[(u64, u64)]) -> Vec<u8> {
+    let outer: u64 = shape[..dim].iter().product();
+    let inner: u64 = shape[dim + 1..].iter().product();
+    let mut out = Vec::new();
+    for o in 0..outer {
+        for &(s, l) in ranges {
+            let at = ((o * shape[dim] + s) * inner) as usize;
+            out.extend_from_slice(&data[at..at + (l * inner) as usize]);
+        }
+    }
+    out
+}
+
+#[test]
+fn sliced_loads_fetch_only_their_rows_and_respect_the_memory_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tp.tensors").to_str().unwrap().to_string();
+    let specs = vec![spec("w", "uint8", &[64, 8192]), spec("n", "uint8", &[4096])];
+    let data: Vec<Vec<u8>> = specs
+        .iter()
+        .map(|s| {
+            let n = s.shape.iter().product::<u64>() as usize;
+            (0..n).map(|j| (j * 131 % 251) as u8).collect()
+        })
+        .collect();
+    let views: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    fastshard::save::write_file(&path, &specs, &views, IndexMode::Exact, &Default::default())
+        .unwrap();
+    let file = TensorFile::open(&path, &Default::default()).unwrap();
+    // Fused parts along dim 0 (rows 8..16 and 40..48), columns along dim 1,
+    // and a replicated tensor read whole, under a 1 MiB budget.
+    for (dim, ranges) in [
+        (0usize, vec![(8u64, 8u64), (40, 8)]),
+        (1, vec![(1024, 1024)]),
+    ] {
+        let want = naive_slice(&data[0], &[64, 8192], dim, &ranges);
+        let mut out = vec![0xAAu8; want.len()];
+        let mut norm = vec![0u8; 4096];
+        let regions = [
+            (out.as_mut_ptr(), out.len()),
+            (norm.as_mut_ptr(), norm.len()),
+        ];
+        let slices = [Some(TensorSlice { dim, ranges }), None];
+        let opts = LoadOptions {
+            max_host_bytes: Some(1 << 20),
+            ..Default::default()
+        };
+        // SAFETY: `out` and `norm` outlive the call and are untouched meanwhile.
+        let stats =
+            unsafe { file.load_into(&[0, 1], &slices, &regions, &opts, &CancelToken::new()) }
+                .unwrap();
+        assert_eq!(out, want, "dim {dim}");
+        assert_eq!(norm, data[1]);
+        assert!(stats.peak_host_bytes <= 1 << 20, "{stats:?}");
+        let norm_entry = &file.index().entries[1];
+        let norm_bytes = norm_entry.data_offset + norm_entry.data_length - norm_entry.header_offset;
+        assert_eq!(stats.bytes_wanted, want.len() as u64 + norm_bytes);
+        if dim == 0 {
+            // Two row blocks and the norm record, with more than 64 KiB of
+            // other rows between them: nothing else.
+            assert_eq!(stats.bytes_fetched, stats.bytes_wanted);
+        } else {
+            assert!(stats.bytes_fetched >= stats.bytes_wanted);
+        }
+    }
+    // A slice with verify_hash is refused before any read.
+    let mut out = vec![0u8; 8 * 8192];
+    let regions = [(out.as_mut_ptr(), out.len())];
+    let opts = LoadOptions {
+        verify_hash: true,
+        ..Default::default()
+    };
+    let slices = [Some(TensorSlice {
+        dim: 0,
+        ranges: vec![(0, 8)],
+    })];
+    // SAFETY: `out` outlives the call and is untouched meanwhile.
+    let err =
+        unsafe { file.load_into(&[0], &slices, &regions, &opts, &CancelToken::new()) }.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
 }

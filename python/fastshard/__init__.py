@@ -25,6 +25,7 @@ from .errors import (
 if TYPE_CHECKING:
     from .module import load
     from .reader import LoadStats, TensorFile, TensorInfo, load_state_dict, open
+    from .tp import ShardSpec
     from .writer import save, save_sharded
 
 
@@ -48,6 +49,7 @@ _LAZY = {
     "load": "module",
     "save": "writer",
     "save_sharded": "writer",
+    "ShardSpec": "tp",
 }
 
 
@@ -76,6 +78,7 @@ __all__ = [
     "NotFoundError",
     "ObjectChangedError",
     "ShardMismatchError",
+    "ShardSpec",
     "StorageError",
     "TensorFile",
     "TensorInfo",

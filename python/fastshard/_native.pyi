@@ -91,6 +91,7 @@ class Reader:
     file_size: int
     version: int
     encrypted: bool
+    discovery_bytes: int  # read by the constructor (header and index)
     def __init__(self, uri: str, **opts: Unpack[SourceOptions]) -> None: ...
     def entries(self) -> list[EntryTuple]: ...
     def load(
@@ -98,11 +99,17 @@ class Reader:
         indices: Sequence[int],
         buffers: Sequence[Buffer],
         *,
+        slices: Sequence[tuple[int, Sequence[tuple[int, int]]] | None] | None = None,
         verify_hash: bool = False,
         concurrency: int | None = None,
         part_size_bytes: int | None = None,
+        max_host_bytes: int | None = None,
     ) -> dict[str, float]:
-        """Fill ``buffers[i]`` with the bytes of tensor ``indices[i]``.
+        """Fill ``buffers[i]`` with the bytes of tensor ``indices[i]``, or
+        with its slice ``slices[i] = (dim, [(start, length), ...])`` (the
+        ranges along ``dim`` laid end to end; no record header is read, so
+        ``verify_hash`` is refused). ``max_host_bytes`` bounds the headers
+        and gap scratch the load holds at once.
 
         Each buffer must be writable, C-contiguous and exactly the tensor's
         byte size (meta tensors are zero-filled). Releases the GIL while it

@@ -51,6 +51,13 @@ def is_castable_float(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point
 
 
+def nbytes(shape: Sequence[int], dtype: torch.dtype) -> int:
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    return numel * dtype.itemsize
+
+
 def empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(tuple(shape), dtype=dtype, device="cpu")
 

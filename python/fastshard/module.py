@@ -9,8 +9,9 @@ from typing import Any
 
 import torch
 
-from . import _torch
-from .errors import FormatError, InvalidArgumentError
+from . import _torch, tp
+from . import cooperative as _coop
+from .errors import FastshardError, FormatError, InvalidArgumentError
 from .reader import LoadStats, TensorFile
 
 _LIST_LIMIT = 20
@@ -31,8 +32,17 @@ class _Target:
 class _Job:
     target: _Target
     index: int  # in the file
-    dest: torch.Tensor  # what the native load fills
+    dest: torch.Tensor  # what the native load fills (a temporary when copy_into is set)
     copy_into: torch.Tensor | None  # copy dest into this afterwards
+    slice: tp.Slice | None = None  # this rank's tensor-parallel slice of the file's tensor
+    shape: tuple[int, ...] = ()  # of the loaded (sliced) tensor
+
+    @property
+    def temp_bytes(self) -> int:
+        """Host memory this job holds beyond the model: its temporary."""
+        if self.copy_into is None:
+            return 0
+        return _torch.nbytes(self.shape, self.dest.dtype)
 
 
 def _targets(model: torch.nn.Module) -> dict[str, _Target]:
@@ -76,8 +86,44 @@ def _listing(label: str, names: list[str]) -> str:
     return f"{label} ({len(names)}): {shown}{more}"
 
 
+def _slices(
+    f: TensorFile,
+    targets: dict[str, _Target],
+    in_file: dict[str, int],
+    rank: int,
+    world_size: int,
+    specs: tp.Specs | None,
+) -> dict[str, tp.Slice | None]:
+    """Each matched name's slice for ``rank``, from the specs or the shapes;
+    every name that cannot be sliced is reported at once, before any read."""
+    out: dict[str, tp.Slice | None] = {}
+    problems: list[str] = []
+    for name, t in targets.items():
+        if name not in in_file:
+            continue
+        info = f.info_at(in_file[name])
+        try:
+            out[name] = tp.plan_slice(
+                name, info.shape, tuple(t.tensor.shape), rank, world_size, specs
+            )
+        except InvalidArgumentError as e:
+            problems.append(str(e))
+    if problems:
+        more = f" (+{len(problems) - _LIST_LIMIT} more)" if len(problems) > _LIST_LIMIT else ""
+        raise InvalidArgumentError(
+            f"{f.uri}: rank {rank} of {world_size} cannot slice "
+            f"{len(problems)} tensors: " + "; ".join(problems[:_LIST_LIMIT]) + more,
+            uri=f.uri,
+        )
+    return out
+
+
 def _check(
-    f: TensorFile, targets: dict[str, _Target], in_file: dict[str, int], strict: bool
+    f: TensorFile,
+    targets: dict[str, _Target],
+    in_file: dict[str, int],
+    strict: bool,
+    slices: dict[str, tp.Slice | None],
 ) -> None:
     # A shared submodule is stored once by write_module (named_modules()
     # dedups), so a name whose tensor is filled under another name is fine.
@@ -91,7 +137,8 @@ def _check(
     mismatched = [
         f"{n} (model {tuple(t.tensor.shape)}, file {f.info_at(in_file[n]).shape})"
         for n, t in targets.items()
-        if n in in_file and tuple(t.tensor.shape) != f.info_at(in_file[n]).shape
+        if n in in_file
+        and tuple(t.tensor.shape) != tp.sliced_shape(f.info_at(in_file[n]).shape, slices.get(n))
     ]
     problems = []
     if strict and missing:
@@ -108,7 +155,14 @@ def _check(
         )
 
 
-def _plan(f: TensorFile, targets: dict[str, _Target], in_file: dict[str, int]) -> list[_Job]:
+def _plan(
+    f: TensorFile,
+    targets: dict[str, _Target],
+    in_file: dict[str, int],
+    slices: dict[str, tp.Slice | None],
+) -> list[_Job]:
+    """One job per matched name. Temporaries are allocated later, a batch
+    at a time (``_fill``): ``dest`` of a copy job is a meta placeholder."""
     jobs: list[_Job] = []
     replaced: dict[int, torch.Tensor] = {}  # id(meta tensor) → its new CPU tensor
     claimed: list[tuple[int, int]] = []  # memory ranges already filled in place
@@ -116,18 +170,110 @@ def _plan(f: TensorFile, targets: dict[str, _Target], in_file: dict[str, int]) -
     for index, name in order:
         t = targets[name]
         info = f.info_at(index)
+        sl = slices.get(name)
+        shape = tp.sliced_shape(info.shape, sl)
         dest: torch.Tensor = t.tensor
         if dest.is_meta:
             if t.owner is None:
                 raise InvalidArgumentError(f"cannot allocate meta tensor {name!r}: owner unknown")
             if id(dest) not in replaced:
-                replaced[id(dest)] = _torch.empty(info.shape, dest.dtype)
+                replaced[id(dest)] = _torch.empty(shape, dest.dtype)
             dest = replaced[id(dest)]
         if _in_place_ok(dest, info.dtype, claimed):
-            jobs.append(_Job(t, index, dest, None))
+            jobs.append(_Job(t, index, dest, None, sl, shape))
         else:
-            jobs.append(_Job(t, index, _torch.empty(info.shape, info.dtype), dest))
+            placeholder = torch.empty(shape, dtype=info.dtype, device="meta")
+            jobs.append(_Job(t, index, placeholder, dest, sl, shape))
     return jobs
+
+
+def _fill(f: TensorFile, jobs: list[_Job], budget: int | None) -> LoadStats:
+    """Load every job, in file order, in batches whose temporaries fit
+    ``budget`` (max_host_bytes); each batch's temporaries are copied into
+    the model and freed before the next is allocated."""
+    total = LoadStats()
+    batch: list[_Job] = []
+    held = 0
+
+    def flush() -> None:
+        nonlocal batch, held
+        if not batch:
+            return
+        for job in batch:
+            if job.copy_into is not None:
+                job.dest = _torch.empty(job.shape, job.dest.dtype)
+        native = {} if budget is None else {"max_host_bytes": budget - held}
+        stats = f.fill(
+            [j.index for j in batch], [j.dest for j in batch], [j.slice for j in batch], **native
+        )
+        total.add(stats, held)
+        _copy_temporaries(batch)
+        batch, held = [], 0
+
+    # Temporaries get half the budget; the native load's headers and gap
+    # scratch the rest.
+    room = None if budget is None else budget // 2
+    for job in jobs:
+        need = job.temp_bytes
+        if room is not None and need > room:
+            flush()
+            _fill_in_row_chunks(f, job, room, total)
+            continue
+        if room is not None and batch and held + need > room:
+            flush()
+        batch.append(job)
+        held += need
+    flush()
+    return total
+
+
+def _copy_temporaries(batch: list[_Job]) -> None:
+    with torch.no_grad():
+        for job in batch:
+            if job.copy_into is not None:
+                job.copy_into.copy_(job.dest)
+                # Freed now; a meta placeholder keeps dtype and shape.
+                job.dest = torch.empty(job.shape, dtype=job.dest.dtype, device="meta")
+
+
+def _fill_in_row_chunks(f: TensorFile, job: _Job, budget: int, total: LoadStats) -> None:
+    """A temporary larger than ``budget`` (the temporaries' half of
+    max_host_bytes) is loaded a block of rows (dim 0) at a time: each block
+    is a dim-0 slice of the file's tensor."""
+    assert job.copy_into is not None
+    name = f.info_at(job.index).name
+    if job.slice is not None and job.slice[0] != 0:
+        raise InvalidArgumentError(
+            f"{name}: its dim-{job.slice[0]} slice needs a {job.temp_bytes}-byte temporary "
+            f"(dtype or device differ from the file), more than the {budget} bytes "
+            "max_host_bytes leaves for temporaries (half of it)",
+            uri=f.uri,
+            tensor=name,
+        )
+    rows = job.shape[0] if job.shape else 0
+    row_bytes = job.temp_bytes // rows if rows else job.temp_bytes
+    per_chunk = budget // row_bytes if row_bytes else 0
+    if per_chunk == 0:
+        raise InvalidArgumentError(
+            f"{name}: one row of it needs {row_bytes} bytes of temporary memory, more than "
+            f"the {budget} bytes max_host_bytes leaves for temporaries (half of it)",
+            uri=f.uri,
+            tensor=name,
+        )
+    # Local rows are the slice's ranges laid end to end (or the whole dim).
+    ranges = job.slice[1] if job.slice is not None else [(0, rows)]
+    local = 0
+    for start, length in ranges:
+        for off in range(0, length, per_chunk):
+            n = min(per_chunk, length - off)
+            temp = _torch.empty((n, *job.shape[1:]), job.dest.dtype)
+            held = temp.numel() * temp.element_size()
+            stats = f.fill([job.index], [temp], [(0, [(start + off, n)])], max_host_bytes=budget)
+            total.add(stats, held)
+            with torch.no_grad():
+                job.copy_into[local : local + n].copy_(temp)
+            del temp
+            local += n
 
 
 def _in_place_ok(dest: torch.Tensor, dtype: torch.dtype, claimed: list[tuple[int, int]]) -> bool:
@@ -147,13 +293,10 @@ def _in_place_ok(dest: torch.Tensor, dtype: torch.dtype, claimed: list[tuple[int
 
 
 def _apply(jobs: list[_Job]) -> None:
-    """After a successful read: copy temporaries and install new tensors
-    in place of meta ones, keeping Parameter-ness, requires_grad and attributes."""
+    """After a successful read (temporaries already copied): install new
+    tensors in place of meta ones, keeping Parameter-ness, requires_grad and
+    attributes."""
     installed: dict[int, torch.Tensor] = {}
-    with torch.no_grad():
-        for job in jobs:
-            if job.copy_into is not None:
-                job.copy_into.copy_(job.dest)
     for job in jobs:
         t = job.target
         if not t.tensor.is_meta:
@@ -183,6 +326,9 @@ def load(
     world_size: int | None = None,
     *,
     strict: bool = True,
+    shard_specs: tp.Specs | None = None,
+    cooperative: bool = False,
+    group: Any = None,
     **opts: Any,
 ) -> LoadStats:
     """Copy a file's tensors into ``model``'s parameters and buffers.
@@ -195,25 +341,59 @@ def load(
     tensor byte is read, so a mismatch leaves the model untouched.
 
     CPU parameters of the file's dtype are filled in place; others are loaded
-    into a temporary and copied (cast) in. Meta parameters and buffers are
-    replaced by CPU tensors holding the loaded values. If the read itself
-    fails, in-place destinations may hold partial data.
+    into a temporary and copied (cast) in, in batches whose temporaries fit
+    ``max_host_bytes`` (a larger tensor goes in blocks of rows). Meta
+    parameters and buffers are replaced by CPU tensors holding the loaded
+    values. If the read itself fails, the error is raised and in-place
+    destinations may hold partial data.
 
     ``uri`` may be a per-rank template (``model-rank-%03d.tensors`` or
     ``{rank}``) or a directory: ``rank``'s file is loaded, checked against
-    the manifest beside it when there is one. Options are those of
+    the manifest beside it when there is one. A single unsharded file with
+    ``world_size > 1`` is sliced: each parameter is ``rank``'s tensor-parallel
+    slice of the file's full tensor, the split inferred from the shapes or
+    given by ``shard_specs`` (name or glob → ``fastshard.ShardSpec(dim,
+    parts)``, a dim, or None for replicated), and only those bytes are read.
+
+    ``cooperative=True`` (or a ``group``): the ranks of that torch.distributed
+    group (default: the world) share the fetch of a single file, each byte
+    once per group, and exchange pieces over the group; every rank must call
+    ``load`` with the same model and options. Options are those of
     ``fastshard.open``.
     """
     started = time.perf_counter()
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentError(f"model must be a torch.nn.Module, not {type(model).__name__}")
-    # A template or directory resolves to this rank's file (shard.py); a
-    # single file with world_size > 1 raises until tensor-parallel slicing.
+    coop = cooperative or group is not None
     with TensorFile(uri, rank=rank, world_size=world_size, **opts) as f:
-        targets = _targets(model)
-        in_file = _file_names(f)
-        _check(f, targets, in_file, strict)
-        jobs = _plan(f, targets, in_file)
-        stats = f.fill([j.index for j in jobs], [j.dest for j in jobs])
+        # Per-rank files need no slicing and no sharing: each rank's file is
+        # its own. A single file with world_size > 1 is sliced per rank.
+        slicing = f.opened.rank is None and (world_size or 1) > 1
+        coop = coop and slicing
+        pg = _coop.group_of(group, rank or 0, world_size or 1) if coop else None
+        try:
+            targets = _targets(model)
+            in_file = _file_names(f)
+            slices = (
+                _slices(f, targets, in_file, rank or 0, world_size or 1, shard_specs)
+                if slicing
+                else {}
+            )
+            _check(f, targets, in_file, strict, slices)
+            jobs = _plan(f, targets, in_file, slices)
+        except FastshardError as e:
+            if pg is not None:
+                _coop.agree(pg, e)
+            raise
+        budget = f._load_opts.get("max_host_bytes")
+        if pg is not None:
+            _coop.agree(pg, None)
+            items = [
+                _coop.Item(j.index, j.slice, j.copy_into if j.copy_into is not None else j.dest)
+                for j in jobs
+            ]
+            stats = _coop.load(f, items, rank or 0, world_size or 1, pg)
+        else:
+            stats = _fill(f, jobs, budget)
         _apply(jobs)
         return f.finish_stats(stats, started)

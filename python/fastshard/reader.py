@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from . import _native, _torch, shard
+from . import _native, _torch, shard, tp
 from ._nested import restructure
 from .errors import (
     InvalidArgumentError,
@@ -25,7 +25,7 @@ NameOrPath = str | Sequence[PathPart]
 StateDict = dict[str, torch.Tensor] | dict[Any, Any] | list[Any]
 
 # Options of one native load (``Reader.load``).
-_LOAD_OPTS = frozenset({"verify_hash", "concurrency", "part_size_bytes"})
+_LOAD_OPTS = frozenset({"verify_hash", "concurrency", "part_size_bytes", "max_host_bytes"})
 # Options of the source (``Reader(uri, **opts)``, ``write_file``): where an
 # S3 object or URL is, which credentials to use, how hard to retry.
 # The native layer owns the list, so the two can never disagree.
@@ -33,7 +33,7 @@ SOURCE_OPTS = frozenset(_native.SOURCE_OPTIONS)
 _PATH_OPTS = frozenset({"s3_config_path", "ca_bundle"})
 # Part of the public contract but implemented by later work; refusing them
 # beats silently ignoring e.g. an encryption key.
-LATER_OPTS = frozenset({"max_host_bytes", "encryption", "progress"})
+LATER_OPTS = frozenset({"encryption", "progress"})
 
 
 @dataclass(frozen=True)
@@ -56,15 +56,32 @@ class TensorInfo:
 class LoadStats:
     """Counters of one load. ``seconds`` is the wall time of the whole call
     (allocation, reads, casts, device copies); ``gbps`` = bytes_fetched /
-    seconds / 1e9."""
+    seconds / 1e9. ``bytes_wanted`` is what the load needed (tensor bytes
+    and record headers); ``read_amplification`` = bytes_fetched /
+    bytes_wanted (gap bytes bridged between wanted ranges, e.g. the columns
+    of other ranks in a row-parallel slice). ``peak_host_bytes``: most
+    memory the load held at once beyond the destinations (record headers,
+    gap scratch, temporaries for casts and device copies, exchange buffers)."""
 
     bytes_fetched: int = 0
+    bytes_wanted: int = 0
+    read_amplification: float = 0.0
     requests: int = 0
     retries: int = 0
     seconds: float = 0.0
     gbps: float = 0.0
     peak_host_bytes: int = 0
     concurrency: int = 0
+
+    def add(self, other: LoadStats, held: int = 0) -> None:
+        """Fold in the stats of one more native call of the same load, made
+        while ``held`` bytes of temporaries were alive."""
+        self.bytes_fetched += other.bytes_fetched
+        self.bytes_wanted += other.bytes_wanted
+        self.requests += other.requests
+        self.retries += other.retries
+        self.peak_host_bytes = max(self.peak_host_bytes, other.peak_host_bytes + held)
+        self.concurrency = max(self.concurrency, other.concurrency)
 
 
 def check_rank(
@@ -161,6 +178,8 @@ class TensorFile:
         self.uri: str = self._reader.uri
         self.version: int = self._reader.version
         self.file_size: int = self._reader.file_size
+        # What open read (header and index); loads' stats do not include it.
+        self.discovery_bytes: int = self._reader.discovery_bytes
         self.stats = LoadStats()
         self._infos: list[TensorInfo] = []
         self._by_name: dict[str, int] = {}
@@ -250,14 +269,25 @@ class TensorFile:
         return self._infos[index]
 
     # -- loading -----------------------------------------------------------
-    def fill(self, indices: Sequence[int], tensors: Sequence[torch.Tensor]) -> LoadStats:
+    def fill(
+        self,
+        indices: Sequence[int],
+        tensors: Sequence[torch.Tensor],
+        slices: Sequence[tp.Slice | None] | None = None,
+        **overrides: Any,
+    ) -> LoadStats:
         """Read tensors ``indices[i]`` straight into the memory of
-        ``tensors[i]`` (contiguous CPU, exact byte size) in one native call."""
+        ``tensors[i]`` (contiguous CPU, exact byte size) in one native call;
+        ``slices[i]``, when given, loads only that tensor-parallel slice."""
         reader = self._native()
         buffers = [_torch.writable_bytes(t) for t in tensors]
-        raw = reader.load(list(indices), buffers, **self._load_opts)
+        opts = {**self._load_opts, **overrides}
+        if slices is not None and any(s is not None for s in slices):
+            opts["slices"] = list(slices)
+        raw = reader.load(list(indices), buffers, **opts)
         return LoadStats(
             bytes_fetched=int(raw.get("bytes_fetched", 0)),
+            bytes_wanted=int(raw.get("bytes_wanted", 0)),
             requests=int(raw.get("requests", 0)),
             retries=int(raw.get("retries", 0)),
             seconds=float(raw.get("seconds", 0.0)),
@@ -268,6 +298,8 @@ class TensorFile:
     def finish_stats(self, stats: LoadStats, started: float) -> LoadStats:
         stats.seconds = time.perf_counter() - started
         stats.gbps = stats.bytes_fetched / stats.seconds / 1e9 if stats.seconds > 0 else 0.0
+        if stats.bytes_wanted:
+            stats.read_amplification = stats.bytes_fetched / stats.bytes_wanted
         self.stats = stats
         return stats
 
@@ -278,6 +310,9 @@ class TensorFile:
         rank: int | None = None,
         world_size: int | None = None,
         dtype: _torch.DtypeLike | None = None,
+        shard_specs: tp.Specs | None = None,
+        cooperative: bool = False,
+        group: Any = None,
     ) -> StateDict:
         """Load tensors (all, or ``names``) as plain tensors.
 
@@ -285,6 +320,14 @@ class TensorFile:
         the nested dicts/lists that ``write_state_dict`` flattened otherwise.
         ``dtype`` casts real floating tensors only. On any error nothing is
         returned, so no partially filled tensor escapes.
+
+        From one unsharded file, ``rank`` and ``world_size`` with
+        ``shard_specs`` (name or glob → ``ShardSpec`` / dim / None) return
+        each matching tensor's tensor-parallel slice for that rank, reading
+        only its bytes; tensors no spec matches are returned whole. With
+        ``cooperative=True`` (or a torch.distributed ``group``) the ranks
+        fetch the file once between them and exchange the pieces (see
+        ``fastshard.load``).
         """
         started = time.perf_counter()
         check_rank(rank, world_size, self.opened)
@@ -310,8 +353,51 @@ class TensorFile:
                     f"{self.uri}: no tensors named {unknown[:20]}", uri=self.uri
                 )
             indices = sorted(wanted)  # file order reads sequentially
-        tensors = [_torch.empty(self._infos[i].shape, self._infos[i].dtype) for i in indices]
-        stats = self.fill(indices, tensors)
+        slices: list[tp.Slice | None] | None = None
+        if shard_specs and self.opened.rank is None and (world_size or 1) > 1:
+            assert world_size is not None
+            slices = [
+                tp.plan_slice(
+                    self._infos[i].name,
+                    self._infos[i].shape,
+                    None,
+                    rank or 0,
+                    world_size,
+                    shard_specs,
+                )
+                for i in indices
+            ]
+        elif shard_specs and self.opened.rank is not None:
+            raise InvalidArgumentError(
+                f"shard_specs= slices one unsharded file; {self.uri} is rank "
+                f"{self.opened.rank}'s own file of a per-rank set, already sliced",
+                uri=self.uri,
+            )
+        elif self.opened.rank is None and (world_size or 1) > 1:
+            raise InvalidArgumentError(
+                f"{self.uri} is one unsharded file and world_size={world_size}: pass "
+                "shard_specs= (name or glob → fastshard.ShardSpec) to get rank "
+                f"{rank or 0}'s slices, or use fastshard.load(model, ...), which infers "
+                "the splits from the model's shapes",
+                uri=self.uri,
+            )
+        tensors = [
+            _torch.empty(
+                tp.sliced_shape(self._infos[i].shape, slices[n] if slices else None),
+                self._infos[i].dtype,
+            )
+            for n, i in enumerate(indices)
+        ]
+        if slices is not None and (cooperative or group is not None):
+            from . import cooperative as coop
+
+            assert world_size is not None
+            pg = coop.group_of(group, rank or 0, world_size)
+            coop.agree(pg, None)
+            items = [coop.Item(i, sl, t) for i, sl, t in zip(indices, slices, tensors, strict=True)]
+            stats = coop.load(self, items, rank or 0, world_size, pg)
+        else:
+            stats = self.fill(indices, tensors, slices)
         out: list[torch.Tensor] = []
         tensors.reverse()
         while tensors:  # pop, so each loaded tensor is freed once cast or moved
@@ -369,12 +455,22 @@ def open(uri: str | os.PathLike[str], **opts: Any) -> TensorFile:  # noqa: A001
     return TensorFile(uri, **opts)
 
 
-_SD_KWARGS = ("device", "names", "rank", "world_size", "dtype")
+_SD_KWARGS = (
+    "device",
+    "names",
+    "rank",
+    "world_size",
+    "dtype",
+    "shard_specs",
+    "cooperative",
+    "group",
+)
 
 
 def load_state_dict(uri: str | os.PathLike[str], **opts: Any) -> StateDict:
     """``open(uri, **open_opts).load_state_dict(**load_kwargs)`` in one call;
-    ``device``, ``names``, ``rank``, ``world_size`` and ``dtype`` go to the
+    ``device``, ``names``, ``rank``, ``world_size``, ``dtype``,
+    ``shard_specs``, ``cooperative`` and ``group`` go to the
     load, everything else to ``open``."""
     kwargs = {k: opts.pop(k) for k in _SD_KWARGS if k in opts}
     rank, world_size = kwargs.get("rank"), kwargs.get("world_size")

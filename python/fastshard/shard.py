@@ -302,17 +302,19 @@ def resolve(
 
 
 def check_single(uri: str, rank: int | None, world_size: int | None) -> None:
-    if world_size is not None and world_size > 1:
+    """A single file serves any world size: every rank slices it (tp.py)
+    or picks its records (a packed object); only the rank must exist."""
+    if world_size is not None and rank is not None and rank >= world_size:
         raise ShardMismatchError(
-            f"{uri} is one file and world_size={world_size}: slicing one object per rank "
-            "arrives with tensor-parallel support; for per-rank files pass a template "
-            "(model-rank-%03d.tensors or {rank}) or their directory",
+            f"{uri}: rank {rank} does not exist for world_size={world_size} "
+            f"(ranks are 0..{world_size - 1})",
             uri=uri,
         )
-    if rank is not None and rank != 0:
+    if rank not in (None, 0) and world_size is None:
         raise InvalidArgumentError(
-            f"rank={rank} with world_size={world_size!r} for the single file {uri}: only rank 0 "
-            "(or None) exists for it; per-rank files need a template",
+            f"rank={rank} for the single file {uri}: pass world_size= to load that rank's "
+            "tensor-parallel slices of it, or a per-rank template (model-rank-%03d.tensors "
+            "or {rank}) or directory for per-rank files",
             uri=uri,
         )
 

@@ -2,6 +2,7 @@
 //! flight. The first failure cancels the rest, but the executor still waits
 //! for every started part, because parts write into memory the caller owns.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,6 +17,27 @@ use crate::plan::ReadPlan;
 #[derive(Debug, Clone, Copy)]
 pub struct ExecOptions {
     pub concurrency: usize,
+    /// Bytes of staging memory (see `RangeSource::staging_bytes`) the parts
+    /// in flight may hold together; a part waits for room instead of
+    /// allocating past it. None: bounded by `concurrency` alone.
+    pub staging_budget: Option<u64>,
+}
+
+impl ExecOptions {
+    pub fn new(concurrency: usize) -> ExecOptions {
+        ExecOptions {
+            concurrency,
+            staging_budget: None,
+        }
+    }
+}
+
+/// Budget accounting in pages, so any budget fits the semaphore's `u32`
+/// acquisitions: a part's need rounds up, the budget rounds down.
+const BUDGET_UNIT: u64 = 4096;
+
+fn budget_units(bytes: u64) -> u64 {
+    bytes.div_ceil(BUDGET_UNIT)
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -24,6 +46,8 @@ pub struct ExecStats {
     pub requests: u64,
     pub retries: u64,
     pub seconds: f64,
+    /// Most staging bytes held at once by the parts in flight.
+    pub peak_staging: u64,
 }
 
 /// Fetches every part of `plan` into `dest`; blocks until all are done.
@@ -42,8 +66,28 @@ pub fn execute(
     let stop = cancel.child();
     let outer = cancel.clone();
     let uri = source.uri().to_string();
+    let budget_cap = opts
+        .staging_budget
+        .map(|b| (b / BUDGET_UNIT).min(Semaphore::MAX_PERMITS as u64));
+    for part in &plan.parts {
+        let need = source.staging_bytes(part);
+        if let Some(cap) = budget_cap.filter(|&cap| budget_units(need) > cap) {
+            return Err(Error::invalid(format!(
+                "a read of {} bytes needs {need} bytes of staging memory, more than the \
+                 budget of {} bytes; raise max_host_bytes",
+                part.len(),
+                cap * BUDGET_UNIT
+            ))
+            .with_range(part.start..part.end)
+            .with_uri(uri));
+        }
+    }
+    let staged = Arc::new(AtomicU64::new(0));
+    let peak = Arc::new(AtomicU64::new(0));
+    let peak_out = Arc::clone(&peak);
     let result = rt.block_on(async move {
         let permits = Arc::new(Semaphore::new(opts.concurrency.max(1)));
+        let budget = budget_cap.map(|cap| Arc::new(Semaphore::new(cap as usize)));
         let mut tasks: JoinSet<Result<PartStats>> = JoinSet::new();
         let mut totals = PartStats::default();
         let mut first_err: Option<Error> = None;
@@ -100,12 +144,30 @@ pub fn execute(
                 }
             };
             let Ok(permit) = permit else { break };
+            let need = source.staging_bytes(&part);
+            let room = match &budget {
+                // Checked above: every part fits the budget on its own.
+                Some(b) if need > 0 => loop {
+                    tokio::select! {
+                        r = Arc::clone(b).acquire_many_owned(budget_units(need) as u32) => break r.ok(),
+                        Some(res) = tasks.join_next(), if !tasks.is_empty() => {
+                            record(res, &mut totals, &mut first_err);
+                        }
+                    }
+                },
+                _ => None,
+            };
             if stop.is_cancelled() {
                 break;
             }
+            let now = staged.fetch_add(need, Ordering::SeqCst) + need;
+            peak.fetch_max(now, Ordering::SeqCst);
+            let held = Arc::clone(&staged);
             let fut = Arc::clone(&source).read_part(part, Arc::clone(&dest), stop.clone());
             tasks.spawn(async move {
                 let out = fut.await;
+                held.fetch_sub(need, Ordering::SeqCst);
+                drop(room);
                 drop(permit);
                 out
             });
@@ -125,6 +187,7 @@ pub fn execute(
         requests: totals.requests,
         retries: totals.retries,
         seconds: started.elapsed().as_secs_f64(),
+        peak_staging: peak_out.load(Ordering::SeqCst),
     })
 }
 
@@ -149,6 +212,7 @@ mod tests {
             PlanOptions {
                 gap_threshold: 0,
                 part_size: 1024,
+                max_amplification: None,
             },
         )
         .unwrap();
@@ -165,7 +229,7 @@ mod tests {
             src.clone(),
             plan,
             dest,
-            ExecOptions { concurrency: 5 },
+            ExecOptions::new(5),
             &CancelToken::new(),
         )
         .unwrap();
@@ -174,6 +238,52 @@ mod tests {
         assert_eq!(stats.bytes_fetched, bytes.len() as u64);
         let max = src.max_in_flight.load(Ordering::SeqCst);
         assert!((2..=5).contains(&max), "max in flight {max}");
+    }
+
+    #[test]
+    fn staging_budget_bounds_parts_in_flight() {
+        let (_, plan, bytes) = setup(vec![]);
+        let src = Arc::new(MockSource {
+            bytes: bytes.clone(),
+            delay: Duration::from_millis(2),
+            staging: 10_000,
+            ..Default::default()
+        });
+        let mut out = vec![0u8; bytes.len()];
+        // SAFETY: `out` outlives `execute` and is untouched meanwhile.
+        let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
+        let opts = ExecOptions {
+            concurrency: 8,
+            staging_budget: Some(25_000),
+        };
+        let stats = execute(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap();
+        assert_eq!(out, bytes);
+        // 10,000 bytes round up to 3 pages; 25,000 bytes hold 6: two parts.
+        let max = src.max_in_flight.load(Ordering::SeqCst);
+        assert!((1..=2).contains(&max), "max in flight {max}");
+        assert!(stats.peak_staging <= 20_000, "{}", stats.peak_staging);
+        assert!(stats.peak_staging >= 10_000);
+    }
+
+    #[test]
+    fn a_part_larger_than_the_budget_is_refused_before_any_read() {
+        let (_, plan, bytes) = setup(vec![]);
+        let src = Arc::new(MockSource {
+            bytes,
+            staging: 1 << 20,
+            ..Default::default()
+        });
+        let mut out = vec![0u8; 64 * 1024];
+        // SAFETY: `out` outlives `execute` and is untouched meanwhile.
+        let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
+        let opts = ExecOptions {
+            concurrency: 8,
+            staging_budget: Some(64 * 1024),
+        };
+        let err = execute(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(err.to_string().contains("max_host_bytes"), "{err}");
+        assert_eq!(src.finished.load(Ordering::SeqCst), 0);
     }
 
     #[test]
@@ -186,7 +296,7 @@ mod tests {
             src.clone(),
             plan,
             dest,
-            ExecOptions { concurrency: 4 },
+            ExecOptions::new(4),
             &CancelToken::new(),
         )
         .unwrap_err();
@@ -211,14 +321,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
             c2.cancel();
         });
-        let err = execute(
-            src.clone(),
-            plan,
-            dest,
-            ExecOptions { concurrency: 1 },
-            &cancel,
-        )
-        .unwrap_err();
+        let err = execute(src.clone(), plan, dest, ExecOptions::new(1), &cancel).unwrap_err();
         t.join().unwrap();
         assert_eq!(err.kind(), ErrorKind::Cancelled);
         assert_eq!(src.in_flight.load(Ordering::SeqCst), 0);

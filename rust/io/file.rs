@@ -69,12 +69,7 @@ impl FileSource {
         cancel: &CancelToken,
     ) -> Result<PartStats> {
         cancel.check()?;
-        let max_gap = part
-            .segments
-            .windows(2)
-            .map(|w| w[1].offset - w[0].end())
-            .max()
-            .unwrap_or(0);
+        let max_gap = part.max_gap();
         let mut scratch =
             vec![0u8; usize::try_from(max_gap).map_err(|_| Error::invalid("gap too large"))?];
         let mut iovecs: Vec<libc::iovec> = Vec::with_capacity(part.segments.len() * 2);
@@ -216,11 +211,16 @@ impl RangeSource for FileSource {
         PlanOptions {
             gap_threshold: 256 * 1024,
             part_size: 8 * 1024 * 1024,
+            max_amplification: None,
         }
     }
 
     fn default_concurrency(&self) -> usize {
         8
+    }
+
+    fn staging_bytes(&self, part: &Part) -> u64 {
+        part.max_gap()
     }
 }
 
@@ -248,6 +248,7 @@ mod tests {
             PlanOptions {
                 gap_threshold: 1000,
                 part_size: 1 << 20,
+                max_amplification: None,
             },
         )
         .unwrap();
@@ -275,6 +276,7 @@ mod tests {
             PlanOptions {
                 gap_threshold: 0,
                 part_size: 64,
+                max_amplification: None,
             },
         )
         .unwrap();
@@ -303,6 +305,7 @@ mod tests {
             PlanOptions {
                 gap_threshold: 0,
                 part_size: 64,
+                max_amplification: None,
             },
         )
         .unwrap();

@@ -17,6 +17,8 @@ pub struct MockSource {
     /// Parts whose start offset is listed here fail with a network error.
     pub fail_at: Vec<u64>,
     pub delay: Duration,
+    /// Staging bytes each part claims (`RangeSource::staging_bytes`).
+    pub staging: u64,
     pub in_flight: AtomicUsize,
     pub max_in_flight: AtomicUsize,
     pub finished: AtomicUsize,
@@ -93,10 +95,15 @@ impl RangeSource for MockSource {
         PlanOptions {
             gap_threshold: 0,
             part_size: 1024,
+            max_amplification: None,
         }
     }
 
     fn default_concurrency(&self) -> usize {
         4
+    }
+
+    fn staging_bytes(&self, _part: &Part) -> u64 {
+        self.staging
     }
 }

@@ -76,6 +76,14 @@ pub trait RangeSource: Send + Sync + 'static {
 
     /// Parts in flight that this source serves best with.
     fn default_concurrency(&self) -> usize;
+
+    /// Host memory that reading `part` allocates beyond the destinations
+    /// (scratch for gap bytes), counted against a load's memory budget.
+    /// Streaming sources drop gap bytes as they arrive: nothing to count
+    /// beyond the HTTP client's own receive buffers.
+    fn staging_bytes(&self, _part: &Part) -> u64 {
+        0
+    }
 }
 
 /// How to reach a source: S3 settings and the retry policy for network

@@ -90,6 +90,7 @@ impl<'a> PartSink<'a> {
 pub const NETWORK_PLAN: PlanOptions = PlanOptions {
     gap_threshold: 1024 * 1024,
     part_size: 16 * 1024 * 1024,
+    max_amplification: None,
 };
 pub const NETWORK_CONCURRENCY: usize = 16;
 

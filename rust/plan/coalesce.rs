@@ -56,15 +56,34 @@ impl Part {
     pub fn is_empty(&self) -> bool {
         self.start == self.end
     }
+
+    /// The largest run of gap bytes between two segments: what a source
+    /// that must land every byte somewhere (a `preadv`) needs as scratch.
+    pub fn max_gap(&self) -> u64 {
+        self.segments
+            .windows(2)
+            .map(|w| w[1].offset - w[0].end())
+            .max()
+            .unwrap_or(0)
+    }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PlanOptions {
     /// Wanted ranges closer than this are fetched by one read, gap included.
     pub gap_threshold: u64,
     /// Upper bound on one read's length.
     pub part_size: u64,
+    /// When set, gaps above [`SMALL_GAP`] are bridged (smallest first) only
+    /// while the bridged bytes stay within `max_amplification - 1` of the
+    /// wanted bytes. Slices of tensor-parallel loads set it: the other
+    /// ranks' rows between two wanted ranges are big and would otherwise be
+    /// fetched whenever they are under `gap_threshold`.
+    pub max_amplification: Option<f64>,
 }
+
+/// Gaps this small are always bridged: cheaper to fetch than a request.
+pub const SMALL_GAP: u64 = 64 * 1024;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReadPlan {
@@ -114,14 +133,13 @@ pub fn plan_reads(mut wants: Vec<Want>, opts: PlanOptions) -> Result<ReadPlan> {
         }
     }
 
+    let bridges = bridges(&wants, &opts);
     let mut plan = ReadPlan::default();
     let mut run: Vec<Want> = Vec::new();
-    for w in wants {
-        if let Some(last) = run.last() {
-            if w.offset - (last.offset + last.len) > opts.gap_threshold {
-                split_run(&run, opts.part_size, &mut plan.parts);
-                run.clear();
-            }
+    for (i, w) in wants.into_iter().enumerate() {
+        if !run.is_empty() && !bridges[i - 1] {
+            split_run(&run, opts.part_size, &mut plan.parts);
+            run.clear();
         }
         run.push(w);
     }
@@ -129,6 +147,32 @@ pub fn plan_reads(mut wants: Vec<Want>, opts: PlanOptions) -> Result<ReadPlan> {
         split_run(&run, opts.part_size, &mut plan.parts);
     }
     Ok(plan)
+}
+
+/// For each gap between consecutive (sorted, disjoint) wants: fetch it
+/// (one read spans both wants) or not (two reads).
+fn bridges(wants: &[Want], opts: &PlanOptions) -> Vec<bool> {
+    let gaps: Vec<u64> = wants
+        .windows(2)
+        .map(|p| p[1].offset - (p[0].offset + p[0].len))
+        .collect();
+    let mut bridge: Vec<bool> = gaps.iter().map(|&g| g <= opts.gap_threshold).collect();
+    if let Some(amp) = opts.max_amplification {
+        let wanted: u64 = wants.iter().map(|w| w.len).sum();
+        let mut budget = ((amp - 1.0).max(0.0) * wanted as f64) as u64;
+        let mut large: Vec<usize> = (0..gaps.len())
+            .filter(|&i| bridge[i] && gaps[i] > SMALL_GAP)
+            .collect();
+        large.sort_by_key(|&i| gaps[i]);
+        for i in large {
+            if gaps[i] <= budget {
+                budget -= gaps[i];
+            } else {
+                bridge[i] = false;
+            }
+        }
+    }
+    bridge
 }
 
 /// Cuts one coalesced run into parts of nearly equal size, none above
@@ -187,7 +231,31 @@ mod tests {
         PlanOptions {
             gap_threshold: gap,
             part_size: part,
+            max_amplification: None,
         }
+    }
+
+    #[test]
+    fn amplification_budget_bridges_the_smallest_large_gaps_only() {
+        let mib = 1 << 20;
+        // Wanted 10 MiB in five ranges; gaps of 100 KiB, 300 KiB, 200 KiB and 1 KiB.
+        let wants = vec![
+            Want::whole(0, 2 * mib, 0),
+            Want::whole(2 * mib + 100 * 1024, 2 * mib, 1),
+            Want::whole(4 * mib + 400 * 1024, 2 * mib, 2),
+            Want::whole(6 * mib + 600 * 1024, 2 * mib, 3),
+            Want::whole(8 * mib + 601 * 1024, 2 * mib, 4),
+        ];
+        let mut o = opts(mib, 64 * mib);
+        o.max_amplification = Some(1.03); // 307 KiB: the 100 and 200 KiB gaps
+        let plan = plan_reads(wants.clone(), o).unwrap();
+        assert_eq!(plan.parts.len(), 2);
+        assert_eq!(plan.fetched_bytes() - plan.useful_bytes(), 301 * 1024);
+        o.max_amplification = Some(1.0); // small gaps only
+        let plan = plan_reads(wants.clone(), o).unwrap();
+        assert_eq!(plan.parts.len(), 4);
+        let plan = plan_reads(wants, opts(mib, 64 * mib)).unwrap();
+        assert_eq!(plan.parts.len(), 1);
     }
 
     #[test]

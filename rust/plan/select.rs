@@ -4,7 +4,8 @@
 //! checked against the index and hashed) and its data. Both lie back to back
 //! in the file, so they coalesce into the same reads.
 
-use super::Want;
+use super::{slice_wants, TensorSlice, Want};
+use crate::error::Result;
 use crate::format::Index;
 
 /// Where a wanted range lands: the record header or the data of the i-th
@@ -52,6 +53,43 @@ pub fn tensor_wants(index: &Index, selection: &[usize]) -> Vec<Want> {
         }
     }
     wants
+}
+
+/// Like [`tensor_wants`], with a tensor-parallel slice per selected tensor
+/// (`slices` empty: none). A sliced tensor brings only its slice into its
+/// data slot and no record header: the header's hashes cover the whole
+/// tensor, so it could not be checked against a part anyway.
+pub fn selection_wants(
+    index: &Index,
+    selection: &[usize],
+    slices: &[Option<TensorSlice>],
+) -> Result<Vec<Want>> {
+    if slices.is_empty() {
+        return Ok(tensor_wants(index, selection));
+    }
+    let mut wants = Vec::with_capacity(selection.len() * 2);
+    for (i, (&e, slice)) in selection.iter().zip(slices).enumerate() {
+        let entry = &index.entries[e];
+        match slice {
+            None => wants.extend(tensor_wants(index, &[e]).into_iter().map(|w| Want {
+                slot: if w.slot == Slot::Header(0).id() {
+                    Slot::Header(i).id()
+                } else {
+                    Slot::Data(i).id()
+                },
+                ..w
+            })),
+            Some(_) if entry.data_length == 0 => {} // meta or empty: zero-filled
+            Some(slice) => wants.extend(slice_wants(
+                &entry.shape,
+                entry.dtype.itemsize() as u64,
+                entry.data_offset,
+                slice,
+                Slot::Data(i).id(),
+            )?),
+        }
+    }
+    Ok(wants)
 }
 
 #[cfg(test)]

@@ -11,7 +11,11 @@ use super::options;
 use crate::error::Error;
 use crate::exec::CancelToken;
 use crate::format::names::{PathPart, TensorName};
+use crate::plan::TensorSlice;
 use crate::session::{LoadOptions, TensorFile};
+
+/// A tensor-parallel slice as Python passes it: `(dim, [(start, len), …])`.
+type PySlice = Option<(usize, Vec<(u64, u64)>)>;
 
 #[pyclass(module = "fastshard._native", frozen)]
 pub struct Reader {
@@ -42,6 +46,13 @@ impl Reader {
     #[getter]
     fn version(&self) -> u32 {
         self.file.index().header.version
+    }
+
+    /// Bytes read by `open` to learn the header and index (not part of any
+    /// load's `bytes_fetched`).
+    #[getter]
+    fn discovery_bytes(&self) -> u64 {
+        self.file.discovery_stats().1
     }
 
     #[getter]
@@ -84,16 +95,24 @@ impl Reader {
         Ok(list)
     }
 
-    #[pyo3(signature = (indices, buffers, *, verify_hash=false, concurrency=None, part_size_bytes=None))]
+    #[pyo3(signature = (indices, buffers, *, slices=None, verify_hash=false, concurrency=None, part_size_bytes=None, max_host_bytes=None))]
+    #[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
     fn load<'py>(
         &self,
         py: Python<'py>,
         indices: Vec<usize>,
         buffers: Vec<Bound<'py, PyAny>>,
+        slices: Option<Vec<PySlice>>,
         verify_hash: bool,
         concurrency: Option<usize>,
         part_size_bytes: Option<u64>,
+        max_host_bytes: Option<u64>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let slices: Vec<Option<TensorSlice>> = slices
+            .unwrap_or_default()
+            .into_iter()
+            .map(|s| s.map(|(dim, ranges)| TensorSlice { dim, ranges }))
+            .collect();
         let uri = self.file.uri().to_string();
         let held = Held::take(&buffers, true).map_err(|e| to_py(e.with_uri(&uri)))?;
         let regions = Regions(held.regions());
@@ -105,6 +124,7 @@ impl Reader {
             verify_hash,
             concurrency,
             part_size: part_size_bytes,
+            max_host_bytes,
         };
         let cancel = CancelToken::new();
         let file = &self.file;
@@ -114,12 +134,13 @@ impl Reader {
             // are disjoint (checked above); Python code cannot reach the
             // buffers' memory through us while we hold the exports, and
             // callers promise not to touch the tensors during the call.
-            unsafe { file.load_into(&indices, regions.get(), &opts, &cancel) }
+            unsafe { file.load_into(&indices, &slices, regions.get(), &opts, &cancel) }
         });
         held.release(py);
         let stats = outcome?.map_err(to_py)?;
         let d = PyDict::new(py);
         d.set_item("bytes_fetched", stats.bytes_fetched)?;
+        d.set_item("bytes_wanted", stats.bytes_wanted)?;
         d.set_item("requests", stats.requests)?;
         d.set_item("retries", stats.retries)?;
         d.set_item("seconds", stats.seconds)?;
