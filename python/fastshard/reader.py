@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from . import _native, _torch, shard
+from . import _native, _torch, packed, shard
 from ._nested import restructure
 from .errors import (
     InvalidArgumentError,
@@ -73,6 +73,9 @@ def check_rank(
     """A load's rank and world size must be those the file was opened for
     (a per-rank file), or fit a single file (rank 0, world size 1)."""
     shard.check_rank_args(rank, world_size)
+    if opened is not None and opened.packed and opened.rank is None:
+        packed.check_all_ranks(opened, rank, world_size)
+        return
     if opened is None or opened.rank is None:
         shard.check_single(opened.uri if opened else "this file", rank, world_size)
         return
@@ -165,10 +168,13 @@ class TensorFile:
         self._infos: list[TensorInfo] = []
         self._by_name: dict[str, int] = {}
         self._by_path: dict[tuple[PathPart, ...], int] = {}
+        # A packed object shows only this rank's tensors (packed.py); visible
+        # index i is the native index _native_index[i].
+        self.opened, entries, self._native_index = packed.view(
+            self._reader.entries(), self.opened, rank, world_size, uri=self.uri
+        )
         ambiguous: set[str] = set()
-        for i, (name, path, ttype, dtype, shape, _hoff, doff, _dlen) in enumerate(
-            self._reader.entries()
-        ):
+        for i, (name, path, ttype, dtype, shape, _hoff, doff, _dlen) in enumerate(entries):
             tdtype = _torch.dtype_from_name(dtype, tensor=name, uri=self.uri)
             numel = 1
             for dim in shape:
@@ -255,7 +261,8 @@ class TensorFile:
         ``tensors[i]`` (contiguous CPU, exact byte size) in one native call."""
         reader = self._native()
         buffers = [_torch.writable_bytes(t) for t in tensors]
-        raw = reader.load(list(indices), buffers, **self._load_opts)
+        native = [self._native_index[i] for i in indices]  # a packed rank's own entries
+        raw = reader.load(native, buffers, **self._load_opts)
         return LoadStats(
             bytes_fetched=int(raw.get("bytes_fetched", 0)),
             requests=int(raw.get("requests", 0)),
