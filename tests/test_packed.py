@@ -285,7 +285,7 @@ def test_inspect_says_packed(tmp_path):
         return out.stdout
 
     lines = run().splitlines()
-    assert lines[1].startswith("packed: world_size 2 ") and "5, 6 tensors" in lines[1]
+    assert lines[1].startswith("packed: world_size 2 ") and "per rank: 6, 7 tensors" in lines[1]
     doc = json.loads(run("--json"))
     assert doc["packed"] == {"world_size": 2, "tensors_per_rank": [6, 7]}
 

@@ -201,14 +201,16 @@ def load(
 
     ``uri`` may be a per-rank template (``model-rank-%03d.tensors`` or
     ``{rank}``) or a directory: ``rank``'s file is loaded, checked against
-    the manifest beside it when there is one. Options are those of
-    ``fastshard.open``.
+    the manifest beside it when there is one. A packed object
+    (``save_sharded(..., packed=True)``) gives ``rank``'s tensors and reads
+    only their bytes. Options are those of ``fastshard.open``.
     """
     started = time.perf_counter()
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentError(f"model must be a torch.nn.Module, not {type(model).__name__}")
-    # A template or directory resolves to this rank's file (shard.py); a
-    # single file with world_size > 1 raises until tensor-parallel slicing.
+    # A template or directory resolves to this rank's file (shard.py), a
+    # packed object to this rank's tensors (packed.py); another single file
+    # with world_size > 1 raises until tensor-parallel slicing.
     with TensorFile(uri, rank=rank, world_size=world_size, **opts) as f:
         targets = _targets(model)
         in_file = _file_names(f)

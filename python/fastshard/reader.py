@@ -354,7 +354,9 @@ def open(uri: str | os.PathLike[str], **opts: Any) -> TensorFile:  # noqa: A001
     A per-rank template (``model-rank-%03d.tensors`` or ``{rank}``) or a
     directory (``…/``) with ``rank=`` (and ``world_size=``) opens that rank's
     file, checked against ``fastshard-manifest.json`` when there is one
-    (``verify_manifest_hashes=True`` also rehashes a local file).
+    (``verify_manifest_hashes=True`` also rehashes a local file). A packed
+    object (``save_sharded(..., packed=True)``) opened with ``rank=`` shows
+    only that rank's tensors, unprefixed; with ``rank=None`` every tensor.
 
     Load options: ``verify_hash`` (check CRC32 and SHA-256 of every tensor
     loaded), ``concurrency`` (ranged reads in flight), ``part_size_bytes``
