@@ -236,8 +236,6 @@ def test_save_sharded_validates(tmp_path):
         fastshard.save_sharded({"a": torch.ones(1)}, tmp_path / "m-{rank}")
     with pytest.raises(fastshard.InvalidArgumentError, match="at least one"):
         fastshard.save_sharded([], tmp_path / "m-{rank}")
-    with pytest.raises(fastshard.UnsupportedError, match="packed"):
-        fastshard.save_sharded([{"a": torch.ones(1)}], tmp_path / "m.t", packed=True)
     assert not list(tmp_path.iterdir())
     # Re-saving with another world size replaces the manifest.
     template = str(tmp_path / "m-{rank}.tensors")

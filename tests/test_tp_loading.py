@@ -1,8 +1,9 @@
 """Tensor-parallel loads of every layout, one spawned process per rank in a
-gloo group, against the real SeaweedFS: per-rank files, one unsharded
-object sliced per rank (fused qkv with unequal parts, row-parallel dim-1
-weights, replicated norms and biases), the same cooperatively (each byte
-fetched once per group), and a host-memory budget."""
+gloo group, against the real SeaweedFS: per-rank files, one packed object
+holding every rank, one unsharded object sliced per rank (fused qkv with
+unequal parts, row-parallel dim-1 weights, replicated norms and biases), the
+same cooperatively (each byte fetched once per group), and a host-memory
+budget."""
 
 from __future__ import annotations
 
@@ -106,7 +107,14 @@ def _rank_main(rank: int, ws: int, uris: dict[str, str], opts: dict[str, Any], o
         share = sum(t.nbytes for t in rank_state(full, rank, ws).values())
         report["per_rank"] = {"fetched": stats.bytes_fetched, "share": share}
 
-        # 2. One unsharded object, sliced: only this rank's bytes are read.
+        # 2. One packed object holding every rank: only this rank's records.
+        with torch.device("meta"):
+            model = TPBlock(ws)
+        stats = fastshard.load(model, uris["packed"], rank, ws, **opts)
+        check_model(model, full, rank, ws)
+        report["packed"] = {"fetched": stats.bytes_fetched, "share": share}
+
+        # 3. One unsharded object, sliced: only this rank's bytes are read.
         model = TPBlock(ws)
         stats = fastshard.load(model, uris["full"], rank, ws, shard_specs=SPECS, **opts)
         check_model(model, full, rank, ws)
@@ -124,7 +132,7 @@ def _rank_main(rank: int, ws: int, uris: dict[str, str], opts: dict[str, Any], o
             dim0_share = sum(ref_slice(n, full[n], rank, ws).nbytes for n in DIM0)
             report["dim0"] = {"fetched": f.stats.bytes_fetched, "share": dim0_share}
 
-        # 3. Cooperative: the group fetches the object once between them,
+        # 4. Cooperative: the group fetches the object once between them,
         # under a budget small enough that big tensors travel in row blocks.
         budget = 3 << 20
         model = TPBlock(ws)
@@ -152,25 +160,39 @@ def tp_objects(seaweed: Any) -> dict[str, Any]:
     opts = seaweed.opts()
     base = f"s3://{seaweed.bucket}/tp-loading"
     fastshard.save(full, f"{base}/full.tensors", **opts)
-    templates = {}
+    templates, packed = {}, {}
     for ws in (1, 2, 4):
+        states = [rank_state(full, r, ws) for r in range(ws)]
         template = f"{base}/ws{ws}/model-rank-%03d.tensors"
-        fastshard.save_sharded([rank_state(full, r, ws) for r in range(ws)], template, **opts)
+        fastshard.save_sharded(states, template, **opts)
         templates[ws] = template
+        packed[ws] = f"{base}/ws{ws}/packed.tensors"
+        fastshard.save_sharded(states, packed[ws], packed=True, **opts)
     with fastshard.open(f"{base}/full.tensors", **opts) as f:
         size = f.file_size
-    return {"opts": opts, "full": f"{base}/full.tensors", "templates": templates, "size": size}
+    return {
+        "opts": opts,
+        "full": f"{base}/full.tensors",
+        "templates": templates,
+        "packed": packed,
+        "size": size,
+    }
 
 
 @pytest.mark.parametrize("ws", [1, 2, 4])
 def test_every_layout_at_world_size(ws: int, tp_objects: dict[str, Any], tmp_path: Path) -> None:
-    uris = {"full": tp_objects["full"], "per_rank": tp_objects["templates"][ws]}
+    uris = {
+        "full": tp_objects["full"],
+        "per_rank": tp_objects["templates"][ws],
+        "packed": tp_objects["packed"][ws],
+    }
     mp.spawn(_rank_main, args=(ws, uris, tp_objects["opts"], str(tmp_path)), nprocs=ws)
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(ws)]
     for r in reports:
         # Per-rank files and dim-0 slices: this rank's bytes and nothing else
         # (bytes_fetched excludes the discovery read of header and index).
-        assert r["per_rank"]["fetched"] <= 1.02 * r["per_rank"]["share"] + 4096 * 10, r
+        for layout in ("per_rank", "packed"):
+            assert r[layout]["fetched"] <= 1.02 * r[layout]["share"], (layout, r)
         assert r["dim0"]["fetched"] <= 1.02 * r["dim0"]["share"], r
         assert r["cooperative"]["peak"] <= r["budget"], r
     total_coop = sum(r["cooperative"]["fetched"] for r in reports)

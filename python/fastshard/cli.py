@@ -13,8 +13,8 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import _native
-from .errors import FastshardError, IntegrityError
+from . import _native, packed
+from .errors import FastshardError, FormatError, IntegrityError
 
 # verify reuses one buffer of this size, so memory stays bounded whatever the
 # file size (a single larger tensor gets a buffer of its own size).
@@ -69,6 +69,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "count": len(tensors),
         "tensor_bytes": sum(t["nbytes"] for t in tensors),
     }
+    try:
+        layout = packed.detect([t["name"] for t in tensors], uri=reader.uri)
+        packed_line = packed.describe(layout) if layout else None
+    except FormatError as err:  # still worth listing: that is how one finds the bad name
+        layout, packed_line = None, f"packed: invalid: {err}"
+    summary["packed"] = packed.summary(layout)
     if args.json:
         json.dump({**summary, "tensors": tensors}, sys.stdout, indent=1)
         sys.stdout.write("\n")
@@ -79,6 +85,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         f"{_human(summary['tensor_bytes'])} of tensor data"
         + (", encrypted" if reader.encrypted else "")
     )
+    if packed_line:
+        print(packed_line)
     rows = [("name", "dtype", "shape", "bytes", "offset")]
     for t in tensors:
         shape = "(" + ", ".join(str(d) for d in t["shape"]) + ")"

@@ -349,7 +349,9 @@ def load(
 
     ``uri`` may be a per-rank template (``model-rank-%03d.tensors`` or
     ``{rank}``) or a directory: ``rank``'s file is loaded, checked against
-    the manifest beside it when there is one. A single unsharded file with
+    the manifest beside it when there is one. A packed object
+    (``save_sharded(..., packed=True)``) gives ``rank``'s tensors and reads
+    only their bytes. Any other single file with
     ``world_size > 1`` is sliced: each parameter is ``rank``'s tensor-parallel
     slice of the file's full tensor, the split inferred from the shapes or
     given by ``shard_specs`` (name or glob → ``fastshard.ShardSpec(dim,
@@ -366,9 +368,10 @@ def load(
         raise InvalidArgumentError(f"model must be a torch.nn.Module, not {type(model).__name__}")
     coop = cooperative or group is not None
     with TensorFile(uri, rank=rank, world_size=world_size, **opts) as f:
-        # Per-rank files need no slicing and no sharing: each rank's file is
-        # its own. A single file with world_size > 1 is sliced per rank.
-        slicing = f.opened.rank is None and (world_size or 1) > 1
+        # Per-rank files and packed objects need no slicing and no sharing:
+        # each rank's tensors are its own. Another single file with
+        # world_size > 1 is sliced per rank.
+        slicing = f.opened.rank is None and not f.opened.packed and (world_size or 1) > 1
         coop = coop and slicing
         pg = _coop.group_of(group, rank or 0, world_size or 1) if coop else None
         try:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from . import _native, _torch, shard, tp
+from . import _native, _torch, packed, shard, tp
 from ._nested import restructure
 from .errors import (
     InvalidArgumentError,
@@ -90,6 +90,9 @@ def check_rank(
     """A load's rank and world size must be those the file was opened for
     (a per-rank file), or fit a single file (rank 0, world size 1)."""
     shard.check_rank_args(rank, world_size)
+    if opened is not None and opened.packed and opened.rank is None:
+        packed.check_all_ranks(opened, rank, world_size)
+        return
     if opened is None or opened.rank is None:
         shard.check_single(opened.uri if opened else "this file", rank, world_size)
         return
@@ -184,10 +187,13 @@ class TensorFile:
         self._infos: list[TensorInfo] = []
         self._by_name: dict[str, int] = {}
         self._by_path: dict[tuple[PathPart, ...], int] = {}
+        # A packed object shows only this rank's tensors (packed.py); visible
+        # index i is the native index _native_index[i].
+        self.opened, entries, self._native_index = packed.view(
+            self._reader.entries(), self.opened, rank, world_size, uri=self.uri
+        )
         ambiguous: set[str] = set()
-        for i, (name, path, ttype, dtype, shape, _hoff, doff, _dlen) in enumerate(
-            self._reader.entries()
-        ):
+        for i, (name, path, ttype, dtype, shape, _hoff, doff, _dlen) in enumerate(entries):
             tdtype = _torch.dtype_from_name(dtype, tensor=name, uri=self.uri)
             numel = 1
             for dim in shape:
@@ -281,10 +287,11 @@ class TensorFile:
         ``slices[i]``, when given, loads only that tensor-parallel slice."""
         reader = self._native()
         buffers = [_torch.writable_bytes(t) for t in tensors]
+        native = [self._native_index[i] for i in indices]  # a packed rank's own entries
         opts = {**self._load_opts, **overrides}
         if slices is not None and any(s is not None for s in slices):
             opts["slices"] = list(slices)
-        raw = reader.load(list(indices), buffers, **opts)
+        raw = reader.load(native, buffers, **opts)
         return LoadStats(
             bytes_fetched=int(raw.get("bytes_fetched", 0)),
             bytes_wanted=int(raw.get("bytes_wanted", 0)),
@@ -354,7 +361,8 @@ class TensorFile:
                 )
             indices = sorted(wanted)  # file order reads sequentially
         slices: list[tp.Slice | None] | None = None
-        if shard_specs and self.opened.rank is None and (world_size or 1) > 1:
+        unsharded = self.opened.rank is None and not self.opened.packed
+        if shard_specs and unsharded and (world_size or 1) > 1:
             assert world_size is not None
             slices = [
                 tp.plan_slice(
@@ -367,13 +375,13 @@ class TensorFile:
                 )
                 for i in indices
             ]
-        elif shard_specs and self.opened.rank is not None:
+        elif shard_specs and not unsharded:
             raise InvalidArgumentError(
-                f"shard_specs= slices one unsharded file; {self.uri} is rank "
-                f"{self.opened.rank}'s own file of a per-rank set, already sliced",
+                f"shard_specs= slices one unsharded file; {self.uri} holds per-rank "
+                "tensors (a rank's file or a packed object), already sliced",
                 uri=self.uri,
             )
-        elif self.opened.rank is None and (world_size or 1) > 1:
+        elif unsharded and (world_size or 1) > 1:
             raise InvalidArgumentError(
                 f"{self.uri} is one unsharded file and world_size={world_size}: pass "
                 "shard_specs= (name or glob → fastshard.ShardSpec) to get rank "
@@ -433,7 +441,9 @@ def open(uri: str | os.PathLike[str], **opts: Any) -> TensorFile:  # noqa: A001
     A per-rank template (``model-rank-%03d.tensors`` or ``{rank}``) or a
     directory (``…/``) with ``rank=`` (and ``world_size=``) opens that rank's
     file, checked against ``fastshard-manifest.json`` when there is one
-    (``verify_manifest_hashes=True`` also rehashes a local file).
+    (``verify_manifest_hashes=True`` also rehashes a local file). A packed
+    object (``save_sharded(..., packed=True)``) opened with ``rank=`` shows
+    only that rank's tensors, unprefixed; with ``rank=None`` every tensor.
 
     Load options: ``verify_hash`` (check CRC32 and SHA-256 of every tensor
     loaded), ``concurrency`` (ranged reads in flight), ``part_size_bytes``

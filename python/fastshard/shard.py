@@ -226,6 +226,7 @@ class Resolved:
     rank: int | None  # None: a single (unsharded) file
     world_size: int | None  # asked for, or the manifest's
     template: str | None
+    packed: bool = False  # one packed object holding every rank (packed.py)
 
 
 def resolve(
@@ -253,7 +254,8 @@ def resolve(
                 f"verify_manifest_hashes=True needs a per-rank template or a directory with "
                 f"a {MANIFEST_NAME}; {uri} is a single file"
             )
-        check_single(uri, rank, world_size)
+        # Whether rank and world_size fit a single file depends on its index
+        # (a packed object holds every rank): checked after open (packed.view).
         return Resolved(uri, None, world_size, None)
     if rank is None:
         raise InvalidArgumentError(f"{uri} is a per-rank template: pass rank= (and world_size=)")

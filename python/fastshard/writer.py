@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import _native, _torch, shard
+from . import _native, _torch, packed, shard
 from .errors import InvalidArgumentError, UnsupportedError
 from .reader import LATER_OPTS, SOURCE_OPTS, source_options
 
@@ -81,19 +81,31 @@ def save(
     the source options of ``fastshard.open`` (``s3_endpoint``, credentials,
     ``s3_region``, ``max_attempts``, ...).
     """
-    path = os.fspath(uri)
+    native_opts = _native_opts(opts)
+    entries = _entries(state_dict_or_module)
+    if not entries:
+        raise InvalidArgumentError("nothing to save: no tensors (such a file cannot be read)")
+    return _write(os.fspath(uri), entries, exact_index, native_opts)
+
+
+def _entries(obj: torch.nn.Module | Mapping[str, Any] | Sequence[Any]) -> list[_Spec]:
+    if isinstance(obj, torch.nn.Module):
+        return list(_module_specs(obj))
+    return list(_state_dict_specs(obj))
+
+
+def _native_opts(opts: dict[str, Any]) -> dict[str, Any]:
     for key in opts:
         if key in LATER_OPTS:
             raise UnsupportedError(f"option {key!r} is not supported yet by this build")
         if key not in SOURCE_OPTS:
             raise InvalidArgumentError(f"unknown option {key!r} for save")
-    native_opts = source_options(opts)
-    if isinstance(state_dict_or_module, torch.nn.Module):
-        entries = list(_module_specs(state_dict_or_module))
-    else:
-        entries = list(_state_dict_specs(state_dict_or_module))
-    if not entries:
-        raise InvalidArgumentError("nothing to save: no tensors (such a file cannot be read)")
+    return source_options(opts)
+
+
+def _write(
+    path: str, entries: list[_Spec], exact_index: bool | None, native_opts: dict[str, Any]
+) -> int:
     specs: list[tuple[Any, int, int, str, list[int], bool]] = []
     buffers: list[np.ndarray] = []
     owners: list[torch.Tensor] = []  # keep contiguous copies alive during the write
@@ -129,7 +141,8 @@ def save_sharded(
     packed: bool = False,
     **opts: Any,
 ) -> list[str]:
-    """Write one file per rank; returns their URIs in rank order.
+    """Write one file per rank (or, ``packed=True``, one object holding
+    every rank); returns their URIs in rank order.
 
     ``uri`` is a per-rank template (``model-rank-%03d.tensors``, any
     ``%0Nd``/``%d``, or ``{rank}``) or a directory (``…/``, written as
@@ -138,11 +151,18 @@ def save_sharded(
     (world size, file names, sizes, SHA-256) beside them, for local paths
     only: this build cannot write non-tensorizer objects to S3, so a remote
     set gets no manifest (a warning is logged). Options as ``fastshard.save``.
+
+    ``packed=True`` writes ONE tensorizer file (``uri``: a file, or a
+    directory to write ``model.tensors`` into; returned as a one-item list)
+    in which rank r's tensors are named ``@rank{r}/{name}``, rank by rank,
+    so each rank's records are contiguous (encoding: ``fastshard.packed``).
+    ``load(model, uri, rank=r)`` then reads only rank r's byte ranges. The
+    real tensorizer reads the file (names keep their prefix). A directory's
+    stale ``fastshard-manifest.json`` is removed, so the directory means the
+    packed object from now on.
     """
     from . import __version__
 
-    if packed:
-        raise UnsupportedError("save_sharded(packed=True): one packed object is not built yet")
     if isinstance(state_dicts, (Mapping, torch.nn.Module)) or not isinstance(state_dicts, Sequence):
         raise InvalidArgumentError(
             "save_sharded needs a list with one state dict (or module) per rank, "
@@ -150,6 +170,8 @@ def save_sharded(
         )
     if not state_dicts:
         raise InvalidArgumentError("save_sharded needs at least one rank's state dict")
+    if packed:
+        return [_save_packed(state_dicts, os.fspath(uri), exact_index, opts)]
     template = os.fspath(uri)
     if shard.is_directory(template):
         template = template.rstrip("/") + "/" + shard.DEFAULT_TEMPLATE
@@ -168,3 +190,33 @@ def save_sharded(
     ]
     shard.write_manifest(template, sizes, __version__)
     return uris
+
+
+def _save_packed(
+    state_dicts: Sequence[torch.nn.Module | Mapping[str, Any] | Sequence[Any]],
+    uri: str,
+    exact_index: bool | None,
+    opts: dict[str, Any],
+) -> str:
+    native_opts = _native_opts(opts)
+    directory = shard.is_directory(uri)
+    if directory:
+        uri = uri.rstrip("/") + "/" + shard.DEFAULT_FILE
+    elif shard.is_template(uri):
+        raise InvalidArgumentError(
+            f"{uri!r} is a per-rank template, but packed=True writes one object: "
+            "give its file name (or a directory ending in '/')"
+        )
+    entries: list[_Spec] = []
+    for rank, state in enumerate(state_dicts):
+        own = _entries(state)
+        if not own:
+            # A rank without tensors would vanish from the index, and the
+            # object would read back with a smaller world size.
+            raise InvalidArgumentError(f"packed=True: rank {rank}'s state dict has no tensors")
+        for name, ttype, idx, tensor in own:
+            entries.append((packed.prefixed(rank, name, uri=uri), ttype, idx, tensor))
+    if directory:
+        shard.remove_stale_manifest(uri)
+    _write(uri, entries, exact_index, native_opts)
+    return uri
