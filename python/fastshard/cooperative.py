@@ -214,10 +214,22 @@ def load(f: TensorFile, items: list[Item], rank: int, world_size: int, group: An
     def size(owner: int, k: int) -> int:
         return _layout(rounds[owner][k])[1] if k < len(rounds[owner]) else 0
 
+    # Buffers are carved from one allocation made once (see _torch.Arena for
+    # why): two areas for this rank's batches (round k's is broadcast while
+    # round k+1's is fetched) and one for the other ranks' batches.
+    own_max = max((size(rank, k) for k in range(n_rounds)), default=0)
+    recv_max = max(
+        (sum(size(o, k) for o in range(world_size) if o != rank) for k in range(n_rounds)),
+        default=0,
+    )
+    arena = torch.empty(2 * own_max + recv_max, dtype=torch.uint8)
+    own_areas = (arena[:own_max], arena[own_max : 2 * own_max])
+    recv_area = arena[2 * own_max :]
+
     def fetch_own(k: int, held: int) -> tuple[torch.Tensor, BaseException | None]:
         """This rank's batch of round k, fetched while ``held`` bytes of the
         previous round are still alive (the native load gets the rest)."""
-        buf = torch.empty(size(rank, k), dtype=torch.uint8)
+        buf = own_areas[k % 2][: size(rank, k)]
         err: BaseException | None = None
         if buf.numel():
             try:
@@ -227,13 +239,16 @@ def load(f: TensorFile, items: list[Item], rank: int, world_size: int, group: An
                 err = e
         return buf, err
 
-    own, err = fetch_own(0, 0) if n_rounds else (torch.empty(0, dtype=torch.uint8), None)
+    own, err = fetch_own(0, 0) if n_rounds else (arena[:0], None)
     for k in range(n_rounds):
         agree(group, err)
-        bufs = [
-            own if o == rank else torch.empty(size(o, k), dtype=torch.uint8)
-            for o in range(world_size)
-        ]
+        bufs, at = [], 0
+        for o in range(world_size):
+            if o == rank:
+                bufs.append(own)
+            else:
+                bufs.append(recv_area[at : at + size(o, k)])
+                at += size(o, k)
         held = sum(b.numel() for b in bufs)
         works = [
             dist.broadcast(bufs[o], src=_global(group, o), group=group, async_op=True)

@@ -190,37 +190,43 @@ def _plan(
 def _fill(f: TensorFile, jobs: list[_Job], budget: int | None) -> LoadStats:
     """Load every job, in file order, in batches whose temporaries fit
     ``budget`` (max_host_bytes); each batch's temporaries are copied into
-    the model and freed before the next is allocated."""
+    the model before the next batch reuses their memory."""
     total = LoadStats()
-    batch: list[_Job] = []
-    held = 0
-
-    def flush() -> None:
-        nonlocal batch, held
-        if not batch:
-            return
-        for job in batch:
-            if job.copy_into is not None:
-                job.dest = _torch.empty(job.shape, job.dest.dtype)
-        native = {} if budget is None else {"max_host_bytes": budget - held}
-        stats = f.fill(
-            [j.index for j in batch], [j.dest for j in batch], [j.slice for j in batch], **native
-        )
-        total.add(stats, held)
-        _copy_temporaries(batch)
-        batch, held = [], 0
-
     # Temporaries get half the budget; the native load's headers and gap
     # scratch the rest.
     room = None if budget is None else budget // 2
-    for job in jobs:
-        need = job.temp_bytes
+    needs = [
+        _torch.Arena.size_of(j.shape, j.dest.dtype) if j.copy_into is not None else 0 for j in jobs
+    ]
+    arena = _torch.Arena(min(sum(needs), room) if room is not None else sum(needs))
+    batch: list[_Job] = []
+
+    def flush() -> None:
+        nonlocal batch
+        if not batch:
+            return
+        arena.reset()
+        for job in batch:
+            if job.copy_into is not None:
+                job.dest = arena.take(job.shape, job.dest.dtype)
+        native = {} if budget is None else {"max_host_bytes": budget - arena.used}
+        stats = f.fill(
+            [j.index for j in batch], [j.dest for j in batch], [j.slice for j in batch], **native
+        )
+        total.add(stats, arena.used)
+        _copy_temporaries(batch)
+        batch = []
+
+    held = 0
+    for job, need in zip(jobs, needs, strict=True):
         if room is not None and need > room:
             flush()
-            _fill_in_row_chunks(f, job, room, total)
+            held = 0
+            _fill_in_row_chunks(f, job, arena, total)
             continue
         if room is not None and batch and held + need > room:
             flush()
+            held = 0
         batch.append(job)
         held += need
     flush()
@@ -232,31 +238,33 @@ def _copy_temporaries(batch: list[_Job]) -> None:
         for job in batch:
             if job.copy_into is not None:
                 job.copy_into.copy_(job.dest)
-                # Freed now; a meta placeholder keeps dtype and shape.
+                # The arena's memory is reused next; a meta placeholder
+                # keeps dtype and shape.
                 job.dest = torch.empty(job.shape, dtype=job.dest.dtype, device="meta")
 
 
-def _fill_in_row_chunks(f: TensorFile, job: _Job, budget: int, total: LoadStats) -> None:
-    """A temporary larger than ``budget`` (the temporaries' half of
+def _fill_in_row_chunks(f: TensorFile, job: _Job, arena: _torch.Arena, total: LoadStats) -> None:
+    """A temporary larger than the arena (the temporaries' half of
     max_host_bytes) is loaded a block of rows (dim 0) at a time: each block
     is a dim-0 slice of the file's tensor."""
     assert job.copy_into is not None
     name = f.info_at(job.index).name
+    room = arena.capacity
     if job.slice is not None and job.slice[0] != 0:
         raise InvalidArgumentError(
             f"{name}: its dim-{job.slice[0]} slice needs a {job.temp_bytes}-byte temporary "
-            f"(dtype or device differ from the file), more than the {budget} bytes "
+            f"(dtype or device differ from the file), more than the {room} bytes "
             "max_host_bytes leaves for temporaries (half of it)",
             uri=f.uri,
             tensor=name,
         )
     rows = job.shape[0] if job.shape else 0
     row_bytes = job.temp_bytes // rows if rows else job.temp_bytes
-    per_chunk = budget // row_bytes if row_bytes else 0
+    per_chunk = room // row_bytes if row_bytes else 0
     if per_chunk == 0:
         raise InvalidArgumentError(
             f"{name}: one row of it needs {row_bytes} bytes of temporary memory, more than "
-            f"the {budget} bytes max_host_bytes leaves for temporaries (half of it)",
+            f"the {room} bytes max_host_bytes leaves for temporaries (half of it)",
             uri=f.uri,
             tensor=name,
         )
@@ -266,13 +274,12 @@ def _fill_in_row_chunks(f: TensorFile, job: _Job, budget: int, total: LoadStats)
     for start, length in ranges:
         for off in range(0, length, per_chunk):
             n = min(per_chunk, length - off)
-            temp = _torch.empty((n, *job.shape[1:]), job.dest.dtype)
-            held = temp.numel() * temp.element_size()
-            stats = f.fill([job.index], [temp], [(0, [(start + off, n)])], max_host_bytes=budget)
-            total.add(stats, held)
+            arena.reset()
+            temp = arena.take((n, *job.shape[1:]), job.dest.dtype)
+            stats = f.fill([job.index], [temp], [(0, [(start + off, n)])], max_host_bytes=room)
+            total.add(stats, arena.used)
             with torch.no_grad():
                 job.copy_into[local : local + n].copy_(temp)
-            del temp
             local += n
 
 
