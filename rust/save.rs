@@ -214,7 +214,7 @@ mod tests {
                 is_meta: false,
             })
             .collect();
-        let a = vec![3u8; 12];
+        let a = [3u8; 12];
         let b: Vec<u8> = (0..1 << 20).map(|i: u32| (i * 7) as u8).collect();
         let data = [&a[..], &b[..]];
         let opts = SourceOptions::default();
