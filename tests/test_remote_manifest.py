@@ -65,6 +65,16 @@ def test_s3_save_writes_a_manifest_listing_every_rank(seaweed, s3_set, caplog):
     assert caplog.text == ""
 
 
+def test_s3_set_copied_to_disk_verifies_locally(seaweed, s3_set, tmp_path):
+    """The manifest names files relative to it, so a downloaded set keeps
+    working, and the hashes taken while uploading check the local copies."""
+    prefix, _, sources, uris = s3_set
+    for uri in [*uris, prefix + shard.MANIFEST_NAME]:
+        (tmp_path / uri.rsplit("/", 1)[1]).write_bytes(seaweed.get(uri))
+    out = fastshard.load_state_dict(f"{tmp_path}/", rank=1, verify_manifest_hashes=True)
+    assert_state_equal(out, sources[1])
+
+
 def test_s3_wrong_world_size_and_rank(seaweed, s3_set):
     _, template, _, _ = s3_set
     with pytest.raises(fastshard.ShardMismatchError) as info:

@@ -208,7 +208,9 @@ def save_sharded(
     for state, target in zip(state_dicts, uris, strict=True):
         entries = _entries(state)
         if not entries:
-            raise InvalidArgumentError(f"nothing to save for {target}: no tensors")
+            raise InvalidArgumentError(
+                f"nothing to save for {target}: no tensors (such a file cannot be read)"
+            )
         written.append(_write(target, entries, exact_index, native_opts, sha256=remote))
     shard.write_manifest(
         template,
