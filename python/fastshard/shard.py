@@ -12,18 +12,16 @@ per directory, which is also vLLM's layout (one folder per model and TP size).
 Its ``template`` and ``files[].name`` are names relative to that directory,
 so the folder can be moved or uploaded as a whole.
 
-Manifests live wherever the files do: a local folder, or beside the
-objects on S3 (written there by ``save_sharded`` with the same options), and
-are read from http(s):// too. Python never touches the store itself (DESIGN,
-boundary rule 1): ``_native.read_object`` / ``write_object`` /
-``delete_object`` move the manifest through the native sources, with the
-credentials and endpoint given to ``open``/``load``/``save_sharded``.
-Sizes are checked on every open (a remote file's against the opened
-Reader's ``file_size``); SHA-256 only with ``verify_manifest_hashes=True``,
-for local files. Not read: a manifest beside a presigned URL template (it
-would need its own signature), and one that the store refuses to show
-(AuthError; S3 answers 403 for a missing key to callers without ListBucket):
-the load then goes on without the check and logs a warning.
+Manifests live beside the files, local or on S3 (written by save_sharded),
+and are read from http(s):// too, through ``_native.read_object`` /
+``write_object`` / ``delete_object`` with the options given to open/load/
+save_sharded (Python holds no S3 client: DESIGN, boundary rule 1). Sizes are
+checked on every open (a remote file's against the opened Reader's
+``file_size``); SHA-256 only with ``verify_manifest_hashes=True``, for local
+files. Not read: a manifest beside a presigned URL template (it would need
+its own signature), and one the store refuses to show (AuthError; S3 answers
+403 for a missing key without ListBucket): the load goes on unchecked, with
+a warning.
 """
 
 from __future__ import annotations
