@@ -4,6 +4,9 @@
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use sha2::{Digest, Sha256};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::writer::{self, IndexMode, WriteSpec};
@@ -23,6 +26,21 @@ pub fn write_file(
     mode: IndexMode,
     opts: &SourceOptions,
 ) -> Result<u64> {
+    write_file_hashed(uri, specs, data, mode, opts, false).map(|(size, _)| size)
+}
+
+/// [`write_file`], and with `sha256` also the SHA-256 of the whole file as
+/// written (what a shard manifest records), computed on another thread
+/// from the same in-memory pieces while they are written or uploaded, so
+/// nothing is read back.
+pub fn write_file_hashed(
+    uri: &str,
+    specs: &[WriteSpec],
+    data: &[&[u8]],
+    mode: IndexMode,
+    opts: &SourceOptions,
+    sha256: bool,
+) -> Result<(u64, Option<[u8; 32]>)> {
     if specs.len() != data.len() {
         return Err(Error::invalid(format!(
             "{} tensors described but {} buffers given",
@@ -42,25 +60,72 @@ pub fn write_file(
         }
     }
     let headers = record_headers_parallel(specs, &layout.records, data);
-    if uri.starts_with("s3://") {
-        let mut w = crate::io::s3::upload_writer(uri, &opts.s3, opts.retry)?;
-        emit(&mut w, &layout, &headers, data).map_err(|e| e.with_uri(uri))?;
-        w.finish()?;
-        return Ok(layout.total_len);
-    }
-    if uri.contains("://") && !uri.starts_with("file://") {
+    if uri.contains("://") && !uri.starts_with("file://") && !uri.starts_with("s3://") {
         return Err(Error::new(
             ErrorKind::Unsupported,
             "fastshard can save to local paths and s3:// only",
         )
         .with_uri(crate::io::http::redact(uri)));
     }
+    let failed = AtomicBool::new(false);
+    let digest = std::thread::scope(|s| {
+        let hasher = sha256.then(|| s.spawn(|| file_sha256(&layout, &headers, data, &failed)));
+        if let Err(e) = store(uri, &layout, &headers, data, opts) {
+            failed.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+        hasher
+            .map(|h| {
+                h.join()
+                    .map_err(|_| Error::new(ErrorKind::Io, "hashing thread panicked"))
+            })
+            .transpose()
+    })?;
+    Ok((layout.total_len, digest))
+}
+
+/// The bytes `emit` writes, hashed in the same order; gives up early (the
+/// result is then unused) once the write has failed.
+fn file_sha256(
+    layout: &writer::WriteLayout,
+    headers: &[Vec<u8>],
+    data: &[&[u8]],
+    failed: &AtomicBool,
+) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(layout.header.encode());
+    h.update(&layout.index_region);
+    for (head, bytes) in headers.iter().zip(data) {
+        if failed.load(Ordering::Relaxed) {
+            break;
+        }
+        h.update(head);
+        h.update(bytes);
+    }
+    h.update(0u64.to_le_bytes());
+    h.finalize().into()
+}
+
+/// Writes the file to its destination: an upload, or a local file renamed
+/// into place once complete.
+fn store(
+    uri: &str,
+    layout: &writer::WriteLayout,
+    headers: &[Vec<u8>],
+    data: &[&[u8]],
+    opts: &SourceOptions,
+) -> Result<()> {
+    if uri.starts_with("s3://") {
+        let mut w = crate::io::s3::upload_writer(uri, &opts.s3, opts.retry)?;
+        emit(&mut w, layout, headers, data).map_err(|e| e.with_uri(uri))?;
+        return w.finish();
+    }
     let path = uri.strip_prefix("file://").unwrap_or(uri);
     let tmp = format!("{path}.fastshard-partial");
     let io_err = |e: std::io::Error| Error::from_io(e, "write failed").with_uri(uri);
     let file = File::create(&tmp).map_err(io_err)?;
     let mut w = BufWriter::with_capacity(WRITE_BUFFER, file);
-    let result = emit(&mut w, &layout, &headers, data).and_then(|()| {
+    let result = emit(&mut w, layout, headers, data).and_then(|()| {
         let file = w.into_inner().map_err(|e| io_err(e.into_error()))?;
         file.sync_data().map_err(io_err)
     });
@@ -68,8 +133,7 @@ pub fn write_file(
         let _ = std::fs::remove_file(&tmp);
         return Err(e.with_uri(uri));
     }
-    std::fs::rename(&tmp, path).map_err(io_err)?;
-    Ok(layout.total_len)
+    std::fs::rename(&tmp, path).map_err(io_err)
 }
 
 /// The file's bytes in order: header, index, records, end marker.
@@ -127,4 +191,41 @@ fn record_headers_parallel(
         out[i] = h;
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::names::TensorName;
+    use crate::format::{Dtype, TensorType};
+
+    #[test]
+    fn whole_file_hash_is_of_the_bytes_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.tensors").to_str().unwrap().to_string();
+        let specs: Vec<WriteSpec> = [("a", 12u64), ("b", 1 << 20)]
+            .iter()
+            .map(|(name, n)| WriteSpec {
+                name: TensorName::Plain(name.to_string()),
+                tensor_type: TensorType::StateDict,
+                module_idx: 0,
+                dtype: Dtype::from_torch("uint8").unwrap(),
+                shape: vec![*n],
+                is_meta: false,
+            })
+            .collect();
+        let a = [3u8; 12];
+        let b: Vec<u8> = (0..1 << 20).map(|i: u32| (i * 7) as u8).collect();
+        let data = [&a[..], &b[..]];
+        let opts = SourceOptions::default();
+        let (size, digest) =
+            write_file_hashed(&path, &specs, &data, IndexMode::Tensorizer, &opts, true).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(size, bytes.len() as u64);
+        let expected: [u8; 32] = Sha256::digest(&bytes).into();
+        assert_eq!(digest, Some(expected));
+        let (_, none) =
+            write_file_hashed(&path, &specs, &data, IndexMode::Tensorizer, &opts, false).unwrap();
+        assert_eq!(none, None);
+    }
 }

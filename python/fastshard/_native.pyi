@@ -7,7 +7,7 @@ saves), so no tensor data is copied through Python objects.
 
 from collections.abc import Sequence
 from os import PathLike
-from typing import Literal
+from typing import Literal, overload
 
 from typing_extensions import Buffer, TypedDict, Unpack
 
@@ -121,12 +121,14 @@ class Reader:
         included), retries, seconds, concurrency, peak_host_bytes.
         """
 
+@overload
 def write_file(
     path: str,
     specs: Sequence[SpecTuple],
     buffers: Sequence[Buffer],
     *,
     exact_index: bool = False,
+    sha256: Literal[False] = False,
     **opts: Unpack[SourceOptions],
 ) -> int:
     """Write a tensorizer file to a local path or ``s3://bucket/key``;
@@ -136,5 +138,38 @@ def write_file(
     file is written beside its name and renamed; an S3 object is a streamed
     multipart upload (one PutObject when small) completed only at the end
     and aborted on failure, so readers never see half a file."""
+
+@overload
+def write_file(
+    path: str,
+    specs: Sequence[SpecTuple],
+    buffers: Sequence[Buffer],
+    *,
+    exact_index: bool = False,
+    sha256: Literal[True],
+    **opts: Unpack[SourceOptions],
+) -> tuple[int, str]:
+    """As above; returns (size, hex SHA-256 of the whole file), hashed on
+    another thread from the bytes as they are written (nothing read back)."""
+
+def read_object(
+    uri: str, *, max_bytes: int = 16 << 20, **opts: Unpack[SourceOptions]
+) -> bytes | None:
+    """The whole object at ``uri`` (local path, ``file://``, ``s3://`` or
+    ``http(s)://``), or None when it does not exist (NotFound; a missing
+    bucket counts). An object over ``max_bytes`` raises InvalidArgumentError
+    before it is read when the store says its size; other failures raise
+    typed (AuthError naming the credential source, StorageError, ...).
+    Small objects only (the shard manifest): tensor files go through Reader."""
+
+def write_object(uri: str, data: bytes, **opts: Unpack[SourceOptions]) -> None:
+    """Write ``data`` as the whole object at ``uri``: a local file written
+    beside its name and renamed into place, or one S3 PutObject. Readers see
+    the old object or the new one, never a part. ``http(s)://`` raises
+    UnsupportedError."""
+
+def delete_object(uri: str, **opts: Unpack[SourceOptions]) -> None:
+    """Delete a local file or S3 object; one that does not exist is fine.
+    ``http(s)://`` raises UnsupportedError."""
 
 def dtype_itemsize(torch_name: str) -> int: ...

@@ -170,7 +170,11 @@ class TensorFile:
         # A template or directory becomes this rank's file, checked against
         # the manifest before the native open (shard.py).
         self.opened = shard.resolve(
-            os.fspath(uri), rank, world_size, verify_hashes=verify_manifest_hashes
+            os.fspath(uri),
+            rank,
+            world_size,
+            verify_hashes=verify_manifest_hashes,
+            source_opts=source_opts,
         )
         # Credentials and presigned URLs go to the native source and are not
         # kept here: ``uri`` is the redacted form used in messages.
@@ -181,6 +185,7 @@ class TensorFile:
         self.uri: str = self._reader.uri
         self.version: int = self._reader.version
         self.file_size: int = self._reader.file_size
+        shard.check_size(self.opened, self.file_size)
         # What open read (header and index); loads' stats do not include it.
         self.discovery_bytes: int = self._reader.discovery_bytes
         self.stats = LoadStats()

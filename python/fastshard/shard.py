@@ -12,11 +12,16 @@ per directory, which is also vLLM's layout (one folder per model and TP size).
 Its ``template`` and ``files[].name`` are names relative to that directory,
 so the folder can be moved or uploaded as a whole.
 
-The native layer has no call that reads or writes an object that is not a
-tensorizer file, and Python must not hold an S3 client or build HTTP requests
-(DESIGN, boundary rule 1). So manifests are written and checked for local
-paths only; remote tensor files load, with the manifest check skipped and a
-logged warning.
+Manifests live beside the files, local or on S3 (written by save_sharded),
+and are read from http(s):// too, through ``_native.read_object`` /
+``write_object`` / ``delete_object`` with the options given to open/load/
+save_sharded (Python holds no S3 client: DESIGN, boundary rule 1). Sizes are
+checked on every open (a remote file's against the opened Reader's
+``file_size``); SHA-256 only with ``verify_manifest_hashes=True``, for local
+files. Not read: a manifest beside a presigned URL template (it would need
+its own signature), and one the store refuses to show (AuthError; S3 answers
+403 for a missing key without ListBucket): the load goes on unchecked, with
+a warning.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from . import _native
 from .errors import (
+    AuthError,
     FastshardError,
     IntegrityError,
     InvalidArgumentError,
@@ -44,6 +51,8 @@ log = logging.getLogger("fastshard")
 MANIFEST_NAME = "fastshard-manifest.json"
 MANIFEST_FORMAT = "fastshard-sharded"
 MANIFEST_VERSION = 1
+# A manifest lists one small entry per rank; anything larger is not one.
+MANIFEST_MAX_BYTES = 4 << 20
 # What a directory URI without a manifest means (vLLM's tensorizer_dir).
 DEFAULT_FILE = "model.tensors"
 # What save_sharded writes into a directory URI (vLLM's example name).
@@ -126,7 +135,7 @@ def check_rank_args(rank: Any, world_size: Any) -> None:
 
 @dataclass(frozen=True)
 class Manifest:
-    path: str  # where it was read from (local)
+    path: str  # where it was read from (as shown in messages)
     world_size: int
     template: str  # relative to the manifest's directory
     files: dict[int, dict[str, Any]]  # rank → {"name", "size", "sha256"}
@@ -142,53 +151,69 @@ def manifest_location(template_or_dir: str) -> str:
     return _dirname(template_or_dir) + MANIFEST_NAME
 
 
-def read_manifest(location: str) -> Manifest | None:
-    """The manifest at a local ``location``, None if there is none. One that
-    is there but unreadable is a ShardMismatchError: the set it describes
-    cannot be checked, and silently skipping the check would hide that."""
-    path = local_path(location)
-    if path is None or not os.path.isfile(path):
+def _shown(uri: str) -> str:
+    from .reader import display_uri  # reader imports this module
+
+    return display_uri(uri)
+
+
+def read_manifest(location: str, source_opts: dict[str, Any] | None = None) -> Manifest | None:
+    """The manifest at ``location`` (local, s3:// or http(s)://), None if
+    there is none. One that is there but unreadable is a ShardMismatchError:
+    the set it describes cannot be checked, and silently skipping the check
+    would hide that."""
+    shown = _shown(location)
+    try:
+        data = _native.read_object(location, max_bytes=MANIFEST_MAX_BYTES, **(source_opts or {}))
+    except AuthError as e:
+        if local_path(location) is not None:
+            raise
+        log.warning(
+            "fastshard: shard manifest %s cannot be read (%s); loading without its checks",
+            shown,
+            e,
+        )
+        return None
+    except InvalidArgumentError as e:  # a directory, or too large to be a manifest
+        raise ShardMismatchError(f"unreadable shard manifest {shown}: {e}", uri=shown) from e
+    if data is None:
         return None
     try:
-        with open(path, encoding="utf-8") as f:
-            raw = json.load(f)
+        raw = json.loads(data)
         if raw.get("format") != MANIFEST_FORMAT or raw.get("version") != MANIFEST_VERSION:
             raise ValueError(f"format {raw.get('format')!r} version {raw.get('version')!r}")
         files = {int(e["rank"]): dict(e) for e in raw["files"]}
         return Manifest(
-            path, int(raw["world_size"]), str(raw["template"]), files, dict(raw.get("created", {}))
+            shown, int(raw["world_size"]), str(raw["template"]), files, dict(raw.get("created", {}))
         )
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ShardMismatchError(f"unreadable shard manifest {path}: {e}", uri=path) from e
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ShardMismatchError(f"unreadable shard manifest {shown}: {e}", uri=shown) from e
 
 
-def write_manifest(template: str, sizes: list[int], version: str) -> str | None:
-    """Write the manifest of a sharded set just saved at a local ``template``
-    (sizes and hashes from the files themselves); None for remote templates."""
+def write_manifest(
+    template: str,
+    sizes: list[int],
+    version: str,
+    *,
+    sha256s: list[str | None] | None = None,
+    source_opts: dict[str, Any] | None = None,
+) -> str:
+    """Write the manifest of a sharded set just saved at ``template`` (local
+    or s3://); returns its location. ``sizes`` and ``sha256s`` are what the
+    save wrote (a local file's hash is taken from disk when not given)."""
     location = manifest_location(template)
-    path = local_path(location)
-    if path is None:
-        log.warning(
-            "fastshard: no shard manifest written for remote template %s: the native layer "
-            "cannot write non-tensorizer objects yet; loads will skip the manifest check",
-            template,
-        )
-        return None
     files = []
     for rank, size in enumerate(sizes):
         name = format_rank(template, rank)
+        digest = sha256s[rank] if sha256s is not None else None
         file_path = local_path(name)
-        assert file_path is not None
-        actual = os.path.getsize(file_path)
-        if actual != size:  # someone wrote over it between save and now
-            raise ShardMismatchError(f"{name}: {actual} bytes on disk, save wrote {size}")
+        if file_path is not None:
+            actual = os.path.getsize(file_path)
+            if actual != size:  # someone wrote over it between save and now
+                raise ShardMismatchError(f"{name}: {actual} bytes on disk, save wrote {size}")
+            digest = digest or sha256_file(file_path)
         files.append(
-            {
-                "rank": rank,
-                "name": name[len(_dirname(template)) :],
-                "size": size,
-                "sha256": sha256_file(file_path),
-            }
+            {"rank": rank, "name": name[len(_dirname(template)) :], "size": size, "sha256": digest}
         )
     doc = {
         "format": MANIFEST_FORMAT,
@@ -201,20 +226,16 @@ def write_manifest(template: str, sizes: list[int], version: str) -> str | None:
             "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         },
     }
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)  # readers never see half a manifest
-    return path
+    # Whole or not at all: a local file is renamed into place, S3 gets one PUT.
+    data = (json.dumps(doc, indent=1) + "\n").encode()
+    _native.write_object(location, data, **(source_opts or {}))
+    return location
 
 
-def remove_stale_manifest(template: str) -> None:
+def remove_stale_manifest(template: str, source_opts: dict[str, Any] | None = None) -> None:
     """Before a save: a crash half way must leave no manifest rather than
     one that describes the previous set."""
-    path = local_path(manifest_location(template))
-    if path is not None and os.path.isfile(path):
-        os.remove(path)
+    _native.delete_object(manifest_location(template), **(source_opts or {}))
 
 
 # -- resolving a load ------------------------------------------------------
@@ -227,27 +248,41 @@ class Resolved:
     world_size: int | None  # asked for, or the manifest's
     template: str | None
     packed: bool = False  # one packed object holding every rank (packed.py)
+    manifest: Manifest | None = None  # the one this rank's file was checked against
+
+
+def _manifest_beside(uri: str, source_opts: dict[str, Any] | None) -> Manifest | None:
+    if _split_query(uri)[1]:
+        # A presigned URL signs one object; the manifest would need its own.
+        log.debug("fastshard: no shard manifest check for presigned %s", _shown(uri))
+        return None
+    return read_manifest(manifest_location(uri), source_opts)
 
 
 def resolve(
-    uri: str, rank: int | None, world_size: int | None, *, verify_hashes: bool = False
+    uri: str,
+    rank: int | None,
+    world_size: int | None,
+    *,
+    verify_hashes: bool = False,
+    source_opts: dict[str, Any] | None = None,
 ) -> Resolved:
     """The file that ``rank`` of ``world_size`` reads from ``uri`` (a file,
     a per-rank template, or a directory), checked against the manifest when
-    one exists. Raises before any tensor byte is read."""
+    one exists (read with ``source_opts``, those of the tensor files).
+    Raises before any tensor byte is read; a remote file's size is checked
+    once it is opened (``check_size``)."""
     check_rank_args(rank, world_size)
+    if verify_hashes and local_path(uri) is None:
+        raise UnsupportedError(
+            f"verify_manifest_hashes=True is not supported for remote files ({_shown(uri)})"
+        )
     manifest: Manifest | None = None
     if is_directory(uri):
-        base = uri if _split_query(uri)[0].endswith("/") else uri + "/"
-        if local_path(base) is None:
-            log.warning(
-                "fastshard: %s is a remote directory; its shard manifest cannot be read "
-                "by this build, so it resolves to %s",
-                base,
-                DEFAULT_FILE,
-            )
-        manifest = read_manifest(base + MANIFEST_NAME)
-        uri = base + (manifest.template if manifest is not None else DEFAULT_FILE)
+        head, query = _split_query(uri)
+        base = head if head.endswith("/") else head + "/"
+        manifest = _manifest_beside(base + query, source_opts)
+        uri = base + (manifest.template if manifest is not None else DEFAULT_FILE) + query
     if not is_template(uri):
         if verify_hashes:
             raise InvalidArgumentError(
@@ -258,49 +293,42 @@ def resolve(
         # (a packed object holds every rank): checked after open (packed.view).
         return Resolved(uri, None, world_size, None)
     if rank is None:
-        raise InvalidArgumentError(f"{uri} is a per-rank template: pass rank= (and world_size=)")
+        raise InvalidArgumentError(
+            f"{_shown(uri)} is a per-rank template: pass rank= (and world_size=)"
+        )
     if manifest is None:
-        location = manifest_location(uri)
-        manifest = read_manifest(location)
-        if manifest is None and local_path(location) is None:
-            log.warning(
-                "fastshard: shard manifest check skipped for remote template %s "
-                "(not supported by this build)",
-                uri,
-            )
-    if manifest is not None and manifest.template != uri[len(_dirname(uri)) :]:
+        manifest = _manifest_beside(uri, source_opts)
+    relative = _split_query(uri)[0][len(_dirname(uri)) :]
+    if manifest is not None and manifest.template != relative:
         log.warning(
             "fastshard: %s describes template %r, not %r; not using it",
             manifest.path,
             manifest.template,
-            uri[len(_dirname(uri)) :],
+            relative,
         )
         manifest = None
     if manifest is not None:
         if world_size is not None and world_size != manifest.world_size:
             raise ShardMismatchError(
-                f"{uri}: {manifest.describe()}; asked world_size={world_size}. "
+                f"{_shown(uri)}: {manifest.describe()}; asked world_size={world_size}. "
                 f"Load with the TP size the files were saved for, or re-save them",
-                uri=uri,
+                uri=_shown(uri),
             )
         world_size = manifest.world_size
     if world_size is not None and rank >= world_size:
         where = f"{manifest.describe()}" if manifest is not None else f"world_size={world_size}"
         raise ShardMismatchError(
-            f"{uri}: rank {rank} does not exist: {where} so ranks are 0..{world_size - 1}", uri=uri
+            f"{_shown(uri)}: rank {rank} does not exist: {where} so ranks are 0..{world_size - 1}",
+            uri=_shown(uri),
         )
     file_uri = format_rank(uri, rank)
     if manifest is not None:
         _check_file(manifest, file_uri, rank, verify_hashes)
     elif verify_hashes:
-        if local_path(file_uri) is None:
-            raise UnsupportedError(
-                f"verify_manifest_hashes=True is not supported for remote files ({file_uri})"
-            )
         raise InvalidArgumentError(
             f"verify_manifest_hashes=True but there is no {MANIFEST_NAME} beside {uri}"
         )
-    return Resolved(file_uri, rank, world_size, uri)
+    return Resolved(file_uri, rank, world_size, uri, manifest=manifest)
 
 
 def check_single(uri: str, rank: int | None, world_size: int | None) -> None:
@@ -326,20 +354,14 @@ def _check_file(manifest: Manifest, file_uri: str, rank: int, verify_hashes: boo
     if entry is None:
         raise ShardMismatchError(f"rank {rank} is not listed in {manifest.describe()}")
     path = local_path(file_uri)
-    if path is None:  # a local manifest of remote files cannot happen (same directory)
+    if path is None:  # remote: the open finds it missing, check_size checks its size
         return
     if not os.path.exists(path):
         raise NotFoundError(
             f"rank {rank}: {file_uri} not found, though {manifest.describe()} lists it",
             uri=file_uri,
         )
-    size = os.path.getsize(path)
-    if size != entry.get("size"):
-        raise ShardMismatchError(
-            f"rank {rank}: {file_uri} is {size} bytes, {manifest.describe()} says "
-            f"{entry.get('size')}; the file changed or belongs to another save",
-            uri=file_uri,
-        )
+    _check_size(manifest, file_uri, rank, os.path.getsize(path))
     if verify_hashes:
         digest = sha256_file(path)
         if digest != entry.get("sha256"):
@@ -350,12 +372,32 @@ def _check_file(manifest: Manifest, file_uri: str, rank: int, verify_hashes: boo
             )
 
 
+def _check_size(manifest: Manifest, file_uri: str, rank: int, size: int) -> None:
+    expected = manifest.files[rank].get("size")
+    if size != expected:
+        raise ShardMismatchError(
+            f"rank {rank}: {_shown(file_uri)} is {size} bytes, {manifest.describe()} says "
+            f"{expected}; the file changed or belongs to another save",
+            uri=_shown(file_uri),
+        )
+
+
+def check_size(resolved: Resolved, file_size: int) -> None:
+    """After the native open: the opened file's size against the manifest
+    (local files were checked before the open, remote ones only now)."""
+    if resolved.manifest is not None and resolved.rank is not None:
+        _check_size(resolved.manifest, resolved.uri, resolved.rank, file_size)
+
+
 def name_rank(err: FastshardError, resolved: Resolved) -> FastshardError:
     """A copy of a native open error that also says which rank and template
     the missing file came from (the native message names only the file)."""
     if resolved.rank is None or not isinstance(err, NotFoundError):
         return err
+    listed = f", though {resolved.manifest.describe()} lists it" if resolved.manifest else ""
+    shown = _shown(resolved.uri)
     return NotFoundError(
-        f"rank {resolved.rank} of template {resolved.template}: {resolved.uri} not found ({err})",
-        uri=resolved.uri,
+        f"rank {resolved.rank} of template {_shown(resolved.template or '')}: {shown} "
+        f"not found{listed} ({err})",
+        uri=shown,
     )

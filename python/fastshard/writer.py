@@ -85,7 +85,7 @@ def save(
     entries = _entries(state_dict_or_module)
     if not entries:
         raise InvalidArgumentError("nothing to save: no tensors (such a file cannot be read)")
-    return _write(os.fspath(uri), entries, exact_index, native_opts)
+    return _write(os.fspath(uri), entries, exact_index, native_opts)[0]
 
 
 def _entries(obj: torch.nn.Module | Mapping[str, Any] | Sequence[Any]) -> list[_Spec]:
@@ -104,8 +104,15 @@ def _native_opts(opts: dict[str, Any]) -> dict[str, Any]:
 
 
 def _write(
-    path: str, entries: list[_Spec], exact_index: bool | None, native_opts: dict[str, Any]
-) -> int:
+    path: str,
+    entries: list[_Spec],
+    exact_index: bool | None,
+    native_opts: dict[str, Any],
+    *,
+    sha256: bool = False,
+) -> tuple[int, str | None]:
+    """(size, the whole file's SHA-256 when asked: hashed natively from the
+    bytes as they are written or uploaded, nothing is read back)."""
     specs: list[tuple[Any, int, int, str, list[int], bool]] = []
     buffers: list[np.ndarray] = []
     owners: list[torch.Tensor] = []  # keep contiguous copies alive during the write
@@ -121,16 +128,24 @@ def _write(
         )
         buffers.append(data)
         owners.append(owner)
+
+    def write(exact: bool) -> tuple[int, str | None]:
+        if sha256:
+            return _native.write_file(
+                path, specs, buffers, exact_index=exact, sha256=True, **native_opts
+            )
+        return _native.write_file(path, specs, buffers, exact_index=exact, **native_opts), None
+
     if exact_index is not None:
-        return _native.write_file(path, specs, buffers, exact_index=exact_index, **native_opts)
+        return write(exact_index)
     try:
-        return _native.write_file(path, specs, buffers, exact_index=False, **native_opts)
+        return write(False)
     except InvalidArgumentError as e:
         # tensorizer's fixed index overflowed (found while planning, before
         # any byte is written or uploaded); other problems raise as they are.
         if "exact index" not in str(e):
             raise
-        return _native.write_file(path, specs, buffers, exact_index=True, **native_opts)
+        return write(True)
 
 
 def save_sharded(
@@ -148,9 +163,9 @@ def save_sharded(
     ``%0Nd``/``%d``, or ``{rank}``) or a directory (``…/``, written as
     ``model-rank-%03d.tensors`` inside it). ``state_dicts[r]`` is written by
     ``fastshard.save`` to rank r's name, then ``fastshard-manifest.json``
-    (world size, file names, sizes, SHA-256) beside them, for local paths
-    only: this build cannot write non-tensorizer objects to S3, so a remote
-    set gets no manifest (a warning is logged). Options as ``fastshard.save``.
+    (world size, file names, sizes, SHA-256 of each file as written) beside
+    them, locally or on S3; a manifest left by an earlier save is deleted
+    first. Options as ``fastshard.save`` (they reach the manifest too).
 
     ``packed=True`` writes ONE tensorizer file (``uri``: a file, or a
     directory to write ``model.tensors`` into; returned as a one-item list)
@@ -183,12 +198,27 @@ def save_sharded(
     uris = [shard.format_rank(template, rank) for rank in range(len(state_dicts))]
     if len(set(uris)) != len(uris):  # e.g. a "%%d" that is no rank spec
         raise InvalidArgumentError(f"{template!r} gives the same name to several ranks")
-    shard.remove_stale_manifest(template)
-    sizes = [
-        save(state, target, exact_index=exact_index, **opts)
-        for state, target in zip(state_dicts, uris, strict=True)
-    ]
-    shard.write_manifest(template, sizes, __version__)
+    native_opts = _native_opts(opts)
+    shard.remove_stale_manifest(template, native_opts)
+    # An uploaded file's hash is taken natively as it streams out (reading it
+    # back would download it); a local file's from disk afterwards, which
+    # measured cheaper here (OpenSSL's SHA-256 is ~2x the sha2 crate's).
+    remote = shard.local_path(template) is None
+    written = []
+    for state, target in zip(state_dicts, uris, strict=True):
+        entries = _entries(state)
+        if not entries:
+            raise InvalidArgumentError(
+                f"nothing to save for {target}: no tensors (such a file cannot be read)"
+            )
+        written.append(_write(target, entries, exact_index, native_opts, sha256=remote))
+    shard.write_manifest(
+        template,
+        [size for size, _ in written],
+        __version__,
+        sha256s=[digest for _, digest in written],
+        source_opts=native_opts,
+    )
     return uris
 
 
@@ -217,6 +247,6 @@ def _save_packed(
         for name, ttype, idx, tensor in own:
             entries.append((packed.prefixed(rank, name, uri=uri), ttype, idx, tensor))
     if directory:
-        shard.remove_stale_manifest(uri)
+        shard.remove_stale_manifest(uri, native_opts)
     _write(uri, entries, exact_index, native_opts)
     return uri

@@ -78,6 +78,11 @@ impl HttpSource {
         })
     }
 
+    /// A GET of the whole object, unpinned (small objects, `io::object`).
+    pub(crate) fn whole(&self) -> reqwest::RequestBuilder {
+        self.client.get(&self.url)
+    }
+
     fn request(&self, start: u64, end: u64) -> reqwest::RequestBuilder {
         let mut req = self
             .client
@@ -159,7 +164,7 @@ impl HttpSource {
     }
 }
 
-fn transport_error(e: &reqwest::Error) -> Error {
+pub(crate) fn transport_error(e: &reqwest::Error) -> Error {
     // reqwest's Display includes the URL (and its query); strip it.
     let text = e.without_url_ref();
     let what = if e.is_timeout() {
@@ -198,7 +203,7 @@ impl WithoutUrlRef for reqwest::Error {
     }
 }
 
-fn status_error(status: StatusCode) -> Error {
+pub(crate) fn status_error(status: StatusCode) -> Error {
     let code = status.as_u16();
     let kind = match code {
         401 | 403 => ErrorKind::Auth,

@@ -6,6 +6,7 @@ mod file;
 pub mod http;
 #[cfg(test)]
 pub(crate) mod mock;
+pub mod object;
 pub mod retry;
 pub mod s3;
 mod sink;

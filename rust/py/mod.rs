@@ -3,6 +3,7 @@
 mod buffers;
 mod errors;
 mod gil;
+mod objects;
 mod options;
 mod reader;
 mod writer;
@@ -16,6 +17,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reader::Reader>()?;
     m.add_function(wrap_pyfunction!(writer::write_file, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_itemsize, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::read_object, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::write_object, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::delete_object, m)?)?;
     m.add("SOURCE_OPTIONS", options::KNOWN.to_vec())?;
     Ok(())
 }

@@ -15,15 +15,16 @@ use crate::format::writer::{IndexMode, WriteSpec};
 use crate::format::{Dtype, TensorType};
 
 #[pyfunction]
-#[pyo3(signature = (path, specs, buffers, *, exact_index=false, **opts))]
+#[pyo3(signature = (path, specs, buffers, *, exact_index=false, sha256=false, **opts))]
 pub fn write_file<'py>(
     py: Python<'py>,
     path: String,
     specs: Vec<Bound<'py, PyTuple>>,
     buffers: Vec<Bound<'py, PyAny>>,
     exact_index: bool,
+    sha256: bool,
     opts: Option<&Bound<'py, PyDict>>,
-) -> PyResult<u64> {
+) -> PyResult<Bound<'py, PyAny>> {
     let source_opts = options::parse(opts)?;
     let specs = specs
         .iter()
@@ -54,10 +55,17 @@ pub fn write_file<'py>(
                 }
             })
             .collect();
-        crate::save::write_file(&path, &specs, &data, mode, &source_opts)
+        crate::save::write_file_hashed(&path, &specs, &data, mode, &source_opts, sha256)
     });
     held.release(py);
-    outcome?.map_err(to_py)
+    // The size alone, or (size, hex digest) when the caller asked for one.
+    match outcome?.map_err(to_py)? {
+        (size, Some(digest)) => {
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            Ok((size, hex).into_pyobject(py)?.into_any())
+        }
+        (size, None) => Ok(size.into_pyobject(py)?.into_any()),
+    }
 }
 
 /// `(name_or_path, tensor_type, module_idx, dtype, shape, is_meta)`.

@@ -6,6 +6,7 @@
 mod client;
 pub mod config;
 mod errors;
+pub mod object;
 mod upload;
 
 pub use upload::{MultipartWriter, UploadTarget};
@@ -54,40 +55,37 @@ const UPLOAD_PART: usize = 64 * 1024 * 1024;
 /// A writer that uploads an object to `uri` (blocking; call from outside
 /// the runtime). Nothing is visible until `finish` succeeds.
 pub fn upload_writer(uri: &str, opts: &S3Options, policy: RetryPolicy) -> Result<MultipartWriter> {
+    let rt = crate::exec::runtime()?;
+    let target = rt.block_on(target(uri, opts))?;
+    Ok(MultipartWriter::new(rt, target, policy, UPLOAD_PART))
+}
+
+/// Bucket, key and a client for `uri`, with credentials, endpoint and
+/// region resolved the one way every S3 request here resolves them.
+pub async fn target(uri: &str, opts: &S3Options) -> Result<UploadTarget> {
     let (bucket, key) = parse_uri(uri)?;
     let resolved = config::resolve(opts, &EnvSnapshot::capture()).map_err(|e| e.with_uri(uri))?;
-    let rt = crate::exec::runtime()?;
-    let (client, creds) = rt
-        .block_on(client::build_client(&resolved))
+    let (client, creds) = client::build_client(&resolved)
+        .await
         .map_err(|e| e.with_uri(uri))?;
-    Ok(MultipartWriter::new(
-        rt,
-        UploadTarget {
-            client,
-            bucket,
-            key,
-            uri: uri.to_string(),
-            creds,
-        },
-        policy,
-        UPLOAD_PART,
-    ))
+    Ok(UploadTarget {
+        client,
+        bucket,
+        key,
+        uri: uri.to_string(),
+        creds,
+    })
 }
 
 impl S3Source {
     pub async fn open(uri: &str, opts: &S3Options, policy: RetryPolicy) -> Result<S3Source> {
-        let (bucket, key) = parse_uri(uri)?;
-        let resolved =
-            config::resolve(opts, &EnvSnapshot::capture()).map_err(|e| e.with_uri(uri))?;
-        let (client, credentials) = client::build_client(&resolved)
-            .await
-            .map_err(|e| e.with_uri(uri))?;
+        let t = target(uri, opts).await?;
         Ok(S3Source {
-            uri: uri.to_string(),
-            bucket,
-            key,
-            client,
-            credentials,
+            uri: t.uri,
+            bucket: t.bucket,
+            key: t.key,
+            client: t.client,
+            credentials: t.creds,
             etag: OnceLock::new(),
             policy,
         })

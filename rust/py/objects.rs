@@ -1,0 +1,57 @@
+//! `read_object`, `write_object`, `delete_object`: small whole objects
+//! (the shard manifest) through the same sources and options as tensor
+//! files, so Python never needs its own S3 or HTTP client.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+use super::errors::to_py;
+use super::gil::run_blocking;
+use super::options;
+use crate::exec::CancelToken;
+use crate::io::object;
+
+#[pyfunction]
+#[pyo3(signature = (uri, *, max_bytes=object::DEFAULT_MAX_BYTES, **opts))]
+pub fn read_object<'py>(
+    py: Python<'py>,
+    uri: String,
+    max_bytes: u64,
+    opts: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let opts = options::parse(opts)?;
+    let cancel = CancelToken::new();
+    let got = run_blocking(py, &cancel, || {
+        object::read_object(&uri, max_bytes, &opts, &cancel)
+    })?
+    .map_err(to_py)?;
+    Ok(got.map(|bytes| PyBytes::new(py, &bytes)))
+}
+
+#[pyfunction]
+#[pyo3(signature = (uri, data, **opts))]
+pub fn write_object(
+    py: Python<'_>,
+    uri: String,
+    data: &[u8],
+    opts: Option<&Bound<'_, PyDict>>,
+) -> PyResult<()> {
+    let opts = options::parse(opts)?;
+    let cancel = CancelToken::new();
+    run_blocking(py, &cancel, || {
+        object::write_object(&uri, data, &opts, &cancel)
+    })?
+    .map_err(to_py)
+}
+
+#[pyfunction]
+#[pyo3(signature = (uri, **opts))]
+pub fn delete_object(
+    py: Python<'_>,
+    uri: String,
+    opts: Option<&Bound<'_, PyDict>>,
+) -> PyResult<()> {
+    let opts = options::parse(opts)?;
+    let cancel = CancelToken::new();
+    run_blocking(py, &cancel, || object::delete_object(&uri, &opts, &cancel))?.map_err(to_py)
+}
