@@ -220,6 +220,8 @@ class SeaweedFS:
             f"-master.port={master}",
             "-master.telemetry=false",
             "-master.volumeSizeLimitMB=256",
+            # The default of 8 volumes holds 2 GiB; benchmarks store more.
+            "-volume.max=64",
             f"-volume.port={volume}",
             "-filer",
             f"-filer.port={filer}",
