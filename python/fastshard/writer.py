@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from . import _native, _torch, packed, shard
+from .crypt import native_key
 from .errors import InvalidArgumentError, UnsupportedError
 from .reader import LATER_OPTS, SOURCE_OPTS, source_options
 
@@ -79,7 +80,10 @@ def save(
     ``s3://bucket/key`` (a streamed multipart upload, completed only once
     the whole file is sent; nothing is staged on local disk). ``opts`` are
     the source options of ``fastshard.open`` (``s3_endpoint``, credentials,
-    ``s3_region``, ``max_attempts``, ...).
+    ``s3_region``, ``max_attempts``, ...), and ``encryption`` (a
+    ``fastshard.EncryptionKey``: every tensor with data is encrypted as
+    tensorizer's ``TensorSerializer(encryption=...)`` does; tensorizer reads
+    the file with the same key or passphrase).
     """
     native_opts = _native_opts(opts)
     entries = _entries(state_dict_or_module)
@@ -95,12 +99,17 @@ def _entries(obj: torch.nn.Module | Mapping[str, Any] | Sequence[Any]) -> list[_
 
 
 def _native_opts(opts: dict[str, Any]) -> dict[str, Any]:
+    opts = dict(opts)
+    encryption = native_key(opts.pop("encryption", None))
     for key in opts:
         if key in LATER_OPTS:
             raise UnsupportedError(f"option {key!r} is not supported yet by this build")
         if key not in SOURCE_OPTS:
             raise InvalidArgumentError(f"unknown option {key!r} for save")
-    return source_options(opts)
+    out = source_options(opts)
+    if encryption is not None:
+        out["encryption"] = encryption
+    return out
 
 
 def _write(
