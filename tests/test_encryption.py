@@ -255,3 +255,21 @@ def test_s3_round_trip_both_libraries(seaweed, tmp_path):
         uri2, encryption=EncryptionKey.from_bytes(SECRETS["key"]), **seaweed.opts()
     )
     _assert_sd(out, sd)
+
+
+@pytest.mark.s3
+def test_s3_sharded_manifest_hashes_the_encrypted_bytes(seaweed):
+    """save_sharded to S3 hashes each file while uploading it: for an
+    encrypted file that must be the sealed bytes, not the plaintext."""
+    import hashlib
+    import json
+
+    key = EncryptionKey.random()
+    states = [{"w": random_tensor(torch.float32, (MIB // 2 + 3,), r)} for r in range(2)]
+    template = f"s3://{seaweed.bucket}/enc-sharded/model-rank-%03d.tensors"
+    uris = fastshard.save_sharded(states, template, encryption=key, **seaweed.opts())
+    doc = json.loads(seaweed.get(f"s3://{seaweed.bucket}/enc-sharded/fastshard-manifest.json"))
+    for entry, uri, state in zip(doc["files"], uris, states, strict=True):
+        assert entry["sha256"] == hashlib.sha256(seaweed.get(uri)).hexdigest()
+        out = fastshard.load_state_dict(uri, encryption=key, verify_hash=True, **seaweed.opts())
+        assert_bit_equal(out["w"], state["w"])

@@ -156,7 +156,7 @@ def write_file(
     ``encryption`` encrypts every tensor with data as tensorizer does
     (version 3+ with the encrypted flag, 2 MiB chunks, SHA-256 only on
     encrypted records); the buffers are not modified (a copy of one tensor
-    at a time is sealed).
+    at a time is sealed)."""
 
 @overload
 def write_file(

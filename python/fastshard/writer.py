@@ -112,6 +112,11 @@ def _native_opts(opts: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _source_only(native_opts: dict[str, Any]) -> dict[str, Any]:
+    """``native_opts`` for the manifest's object calls: the key is only for tensor files."""
+    return {k: v for k, v in native_opts.items() if k != "encryption"}
+
+
 def _write(
     path: str,
     entries: list[_Spec],
@@ -208,7 +213,7 @@ def save_sharded(
     if len(set(uris)) != len(uris):  # e.g. a "%%d" that is no rank spec
         raise InvalidArgumentError(f"{template!r} gives the same name to several ranks")
     native_opts = _native_opts(opts)
-    shard.remove_stale_manifest(template, native_opts)
+    shard.remove_stale_manifest(template, _source_only(native_opts))
     # An uploaded file's hash is taken natively as it streams out (reading it
     # back would download it); a local file's from disk afterwards, which
     # measured cheaper here (OpenSSL's SHA-256 is ~2x the sha2 crate's).
@@ -226,7 +231,7 @@ def save_sharded(
         [size for size, _ in written],
         __version__,
         sha256s=[digest for _, digest in written],
-        source_opts=native_opts,
+        source_opts=_source_only(native_opts),
     )
     return uris
 
@@ -256,6 +261,6 @@ def _save_packed(
         for name, ttype, idx, tensor in own:
             entries.append((packed.prefixed(rank, name, uri=uri), ttype, idx, tensor))
     if directory:
-        shard.remove_stale_manifest(uri, native_opts)
+        shard.remove_stale_manifest(uri, _source_only(native_opts))
     _write(uri, entries, exact_index, native_opts)
     return uri
