@@ -7,12 +7,41 @@ use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use sha2::{Digest, Sha256};
+use std::collections::HashSet;
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::format::crypt::{self, Cipher, CryptInfo, KdfParams, Key, Nonce, Secret, WriteCrypt};
 use crate::format::writer::{self, IndexMode, WriteSpec};
 use crate::io::SourceOptions;
 
 const WRITE_BUFFER: usize = 8 * 1024 * 1024;
+
+/// The key and parameters of a file being encrypted.
+pub struct SaveEncryption {
+    key: Key,
+    kdf: Option<KdfParams>,
+}
+
+impl SaveEncryption {
+    /// A raw key is used as is; a passphrase goes through Argon2id with a
+    /// fresh salt and the given costs, stored in every record header.
+    pub fn new(secret: &Secret, opslimit: u64, memlimit: u64) -> Result<SaveEncryption> {
+        match secret {
+            Secret::Key(k) => Ok(SaveEncryption {
+                key: k.clone(),
+                kdf: None,
+            }),
+            Secret::Passphrase(p) => {
+                let kdf = KdfParams::new_random(opslimit, memlimit);
+                let key = crypt::derive_key(p, &kdf).map_err(|e| Error::invalid(e.message()))?;
+                Ok(SaveEncryption {
+                    key,
+                    kdf: Some(kdf),
+                })
+            }
+        }
+    }
+}
 
 /// Writes `specs` with tensor bytes `data` to `uri` (a local path, or
 /// `s3://bucket/key` streamed as a multipart upload); returns the size.
@@ -41,6 +70,20 @@ pub fn write_file_hashed(
     opts: &SourceOptions,
     sha256: bool,
 ) -> Result<(u64, Option<[u8; 32]>)> {
+    write_file_with(uri, specs, data, mode, opts, sha256, None)
+}
+
+/// [`write_file_hashed`], encrypting every tensor that has data when `enc`
+/// is set (tensorizer's layout: 2 MiB chunks, a random nonce per tensor).
+pub fn write_file_with(
+    uri: &str,
+    specs: &[WriteSpec],
+    data: &[&[u8]],
+    mode: IndexMode,
+    opts: &SourceOptions,
+    sha256: bool,
+    enc: Option<&SaveEncryption>,
+) -> Result<(u64, Option<[u8; 32]>)> {
     if specs.len() != data.len() {
         return Err(Error::invalid(format!(
             "{} tensors described but {} buffers given",
@@ -48,7 +91,11 @@ pub fn write_file_hashed(
             data.len()
         )));
     }
-    let layout = writer::plan(specs, mode)?;
+    let crypt_plan = enc.map(|e| WriteCrypt {
+        chunk_size: crypt::CHUNK_SIZE,
+        kdf: e.kdf.clone(),
+    });
+    let layout = writer::plan_with(specs, mode, crypt_plan.as_ref())?;
     for (i, (rec, bytes)) in layout.records.iter().zip(data).enumerate() {
         if rec.data_length != bytes.len() as u64 {
             return Err(Error::invalid(format!(
@@ -69,17 +116,24 @@ pub fn write_file_hashed(
     }
     let failed = AtomicBool::new(false);
     let digest = std::thread::scope(|s| {
-        let hasher = sha256.then(|| s.spawn(|| file_sha256(&layout, &headers, data, &failed)));
-        if let Err(e) = store(uri, &layout, &headers, data, opts) {
-            failed.store(true, Ordering::Relaxed);
-            return Err(e);
+        // Sealed records exist only while written: hash them on the way out.
+        let inline = sha256 && enc.is_some();
+        let hasher =
+            (sha256 && !inline).then(|| s.spawn(|| file_sha256(&layout, &headers, data, &failed)));
+        let written = match store(uri, &layout, &headers, data, opts, enc, inline) {
+            Ok(d) => d,
+            Err(e) => {
+                failed.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        match hasher {
+            Some(h) => h
+                .join()
+                .map(Some)
+                .map_err(|_| Error::new(ErrorKind::Io, "hashing thread panicked")),
+            None => Ok(written),
         }
-        hasher
-            .map(|h| {
-                h.join()
-                    .map_err(|_| Error::new(ErrorKind::Io, "hashing thread panicked"))
-            })
-            .transpose()
     })?;
     Ok((layout.total_len, digest))
 }
@@ -114,26 +168,57 @@ fn store(
     headers: &[Vec<u8>],
     data: &[&[u8]],
     opts: &SourceOptions,
-) -> Result<()> {
+    enc: Option<&SaveEncryption>,
+    hash: bool,
+) -> Result<Option<[u8; 32]>> {
+    let sha = || hash.then(Sha256::new);
     if uri.starts_with("s3://") {
-        let mut w = crate::io::s3::upload_writer(uri, &opts.s3, opts.retry)?;
-        emit(&mut w, layout, headers, data).map_err(|e| e.with_uri(uri))?;
-        return w.finish();
+        let mut w = Hashing {
+            inner: crate::io::s3::upload_writer(uri, &opts.s3, opts.retry)?,
+            sha: sha(),
+        };
+        emit(&mut w, layout, headers, data, enc).map_err(|e| e.with_uri(uri))?;
+        w.inner.finish()?;
+        return Ok(w.sha.map(|h| h.finalize().into()));
     }
     let path = uri.strip_prefix("file://").unwrap_or(uri);
     let tmp = format!("{path}.fastshard-partial");
     let io_err = |e: std::io::Error| Error::from_io(e, "write failed").with_uri(uri);
     let file = File::create(&tmp).map_err(io_err)?;
-    let mut w = BufWriter::with_capacity(WRITE_BUFFER, file);
-    let result = emit(&mut w, layout, headers, data).and_then(|()| {
-        let file = w.into_inner().map_err(|e| io_err(e.into_error()))?;
+    let mut w = Hashing {
+        inner: BufWriter::with_capacity(WRITE_BUFFER, file),
+        sha: sha(),
+    };
+    let result = emit(&mut w, layout, headers, data, enc).and_then(|()| {
+        let file = w.inner.into_inner().map_err(|e| io_err(e.into_error()))?;
         file.sync_data().map_err(io_err)
     });
     if let Err(e) = result {
         let _ = std::fs::remove_file(&tmp);
         return Err(e.with_uri(uri));
     }
-    std::fs::rename(&tmp, path).map_err(io_err)
+    std::fs::rename(&tmp, path).map_err(io_err)?;
+    Ok(w.sha.map(|h| h.finalize().into()))
+}
+
+/// A writer that also hashes what it passes on (when `sha` is set).
+struct Hashing<W> {
+    inner: W,
+    sha: Option<Sha256>,
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        if let Some(h) = &mut self.sha {
+            h.update(&buf[..n]);
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// The file's bytes in order: header, index, records, end marker.
@@ -142,6 +227,7 @@ fn emit<W: Write>(
     layout: &writer::WriteLayout,
     headers: &[Vec<u8>],
     data: &[&[u8]],
+    enc: Option<&SaveEncryption>,
 ) -> Result<()> {
     let io_err = |e: std::io::Error| match e.into_inner().map(|inner| inner.downcast::<Error>()) {
         // Our own writers wrap typed errors (auth, not found) in io::Error.
@@ -151,12 +237,61 @@ fn emit<W: Write>(
     };
     w.write_all(&layout.header.encode()).map_err(io_err)?;
     w.write_all(&layout.index_region).map_err(io_err)?;
-    for (h, bytes) in headers.iter().zip(data) {
-        w.write_all(h).map_err(io_err)?;
-        w.write_all(bytes).map_err(io_err)?;
+    let mut nonces = HashSet::new();
+    for ((h, bytes), rec) in headers.iter().zip(data).zip(&layout.records) {
+        match (enc, &rec.crypt) {
+            (Some(e), Some(c)) if c.cipher.is_some() => {
+                // The caller's tensors stay untouched: seal a copy, one
+                // tensor at a time.
+                let (header, sealed) = seal(e, c, h, bytes, &mut nonces)?;
+                w.write_all(&header).map_err(io_err)?;
+                w.write_all(&sealed).map_err(io_err)?;
+            }
+            _ => {
+                w.write_all(h).map_err(io_err)?;
+                w.write_all(bytes).map_err(io_err)?;
+            }
+        }
     }
     w.write_all(&0u64.to_le_bytes()).map_err(io_err)?;
     w.flush().map_err(io_err)
+}
+
+/// Encrypts a copy of `data` under a fresh nonce; returns the header with
+/// its crypt info filled in, and the ciphertext.
+fn seal(
+    enc: &SaveEncryption,
+    planned: &CryptInfo,
+    header: &[u8],
+    data: &[u8],
+    used: &mut HashSet<Nonce>,
+) -> Result<(Vec<u8>, Vec<u8>)> {
+    let chunk_size = match &planned.cipher {
+        Some(Cipher::Chunked { chunk_size, .. }) => *chunk_size,
+        _ => crypt::CHUNK_SIZE,
+    };
+    let count = crypt::num_chunks(data.len() as u64, chunk_size);
+    // As tensorizer does: never reuse a nonce within a file.
+    let nonce = loop {
+        let n = crypt::random_nonce();
+        if (0..count).all(|i| !used.contains(&crypt::nonce_add(&n, i))) {
+            used.extend((0..count).map(|i| crypt::nonce_add(&n, i)));
+            break n;
+        }
+    };
+    let mut sealed = data.to_vec();
+    let macs = crypt::encrypt_in_place(&enc.key, chunk_size, &nonce, &mut sealed)?;
+    let info = CryptInfo {
+        kdf: enc.kdf.clone(),
+        cipher: Some(Cipher::Chunked {
+            chunk_size,
+            nonce,
+            macs,
+        }),
+    };
+    let mut header = header.to_vec();
+    crypt::set_crypt_info(&mut header, &info)?;
+    Ok((header, sealed))
 }
 
 fn record_headers_parallel(

@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, CancelToken, Destinations, ExecOptions};
+use crate::format::crypt::{self, Decryptor};
 use crate::format::{hash, FileHeader, Index, RecordHeader, PREAMBLE_LEN};
 use crate::io::{open_source, RangeSource, SourceOptions};
 use crate::plan::{plan_reads, selection_wants, sliced_shape, TensorSlice};
@@ -30,6 +31,8 @@ pub struct LoadOptions {
     /// Host memory the load may hold at once beyond the destinations
     /// (record headers, scratch for gap bytes); parts wait for room.
     pub max_host_bytes: Option<u64>,
+    /// Required for encrypted files, refused for others.
+    pub decryption: Option<Arc<Decryptor>>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -129,12 +132,29 @@ impl TensorFile {
             )
             .with_uri(uri));
         }
-        if self.index.has_crypt_info() {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                "the file is encrypted; this build cannot decrypt it yet",
-            )
-            .with_uri(uri));
+        // tensorizer refuses both mismatches too, before reading data.
+        match (self.index.has_crypt_info(), &opts.decryption) {
+            (true, None) => {
+                return Err(Error::invalid(
+                    "the file is encrypted: a decryption key (or passphrase) is needed",
+                )
+                .with_uri(uri))
+            }
+            (false, Some(_)) => {
+                return Err(Error::invalid(
+                    "a decryption key was given but the file is not encrypted",
+                )
+                .with_uri(uri))
+            }
+            (true, Some(_)) if sliced => {
+                return Err(Error::new(
+                    ErrorKind::Unsupported,
+                    "tensor-parallel slices of an encrypted file cannot be decrypted \
+                     (MACs cover whole 2 MiB chunks); load whole tensors",
+                )
+                .with_uri(uri))
+            }
+            _ => {}
         }
         let mut headers: Vec<Vec<u8>> = Vec::with_capacity(selection.len());
         for (i, (&e, &(_, len))) in selection.iter().zip(dests).enumerate() {
@@ -238,7 +258,7 @@ impl TensorFile {
         )?;
         drop(destinations);
 
-        self.check_records(selection, &headers, dests, opts.verify_hash, cancel)?;
+        self.check_records(selection, &headers, dests, opts, cancel)?;
 
         Ok(LoadStats {
             bytes_fetched: exec.bytes_fetched,
@@ -252,15 +272,18 @@ impl TensorFile {
     }
 
     /// Checks every record header against the index, zero-fills meta
-    /// tensors, and verifies hashes when asked (spread over the cores).
+    /// tensors, decrypts, and verifies hashes when asked (spread over the
+    /// cores; decryption also splits large tensors by chunk).
     fn check_records(
         &self,
         selection: &[usize],
         headers: &[Vec<u8>],
         dests: &[(*mut u8, usize)],
-        verify_hash: bool,
+        opts: &LoadOptions,
         cancel: &CancelToken,
     ) -> Result<()> {
+        let verify_hash = opts.verify_hash;
+        let decryption = opts.decryption.as_deref();
         let uri = self.uri();
         let has_crypt = self.index.has_crypt_info();
         let dests = SharedRegions(dests);
@@ -293,6 +316,17 @@ impl TensorFile {
             };
             if entry.is_meta() {
                 data.fill(0);
+            } else if let (Some(d), Some(record)) = (decryption, &record) {
+                // Before hashing: tensorizer hashes the plaintext.
+                crypt::decrypt_record(
+                    d,
+                    record,
+                    &headers[i],
+                    entry.header_offset,
+                    data,
+                    entry.data_offset,
+                )
+                .map_err(|e| e.with_tensor(entry.display_name()))?;
             }
             if let (true, Some(record)) = (verify_hash, &record) {
                 let wire: &[u8] = if entry.is_meta() { &[] } else { data };
@@ -303,7 +337,7 @@ impl TensorFile {
             }
             Ok(())
         };
-        let threads = if verify_hash {
+        let threads = if verify_hash || decryption.is_some() {
             std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1)

@@ -8,6 +8,7 @@ use fastshard::format::{Dtype, TensorType};
 use fastshard::plan::TensorSlice;
 use fastshard::session::{LoadOptions, TensorFile};
 use fastshard::ErrorKind;
+use std::sync::Arc;
 
 fn spec(name: &str, dtype: &str, shape: &[u64]) -> WriteSpec {
     WriteSpec {
@@ -27,6 +28,10 @@ struct Fixture {
 }
 
 fn write_fixture(mode: IndexMode) -> Fixture {
+    write_fixture_with(mode, None)
+}
+
+fn write_fixture_with(mode: IndexMode, enc: Option<&fastshard::save::SaveEncryption>) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.tensors").to_str().unwrap().to_string();
     let specs = vec![
@@ -44,7 +49,16 @@ fn write_fixture(mode: IndexMode) -> Fixture {
         })
         .collect();
     let slices: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
-    fastshard::save::write_file(&path, &specs, &slices, mode, &Default::default()).unwrap();
+    fastshard::save::write_file_with(
+        &path,
+        &specs,
+        &slices,
+        mode,
+        &Default::default(),
+        false,
+        enc,
+    )
+    .unwrap();
     Fixture {
         _dir: dir,
         path,
@@ -287,4 +301,28 @@ fn sliced_loads_fetch_only_their_rows_and_respect_the_memory_budget() {
     let err =
         unsafe { file.load_into(&[0], &slices, &regions, &opts, &CancelToken::new()) }.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+}
+
+#[test]
+fn encrypted_file_round_trips_with_passphrase() {
+    use fastshard::format::crypt::{Decryptor, Secret};
+    let secret = Secret::from_passphrase(b"pw").unwrap();
+    let enc = fastshard::save::SaveEncryption::new(&secret, 1, 8192).unwrap();
+    let fx = write_fixture_with(IndexMode::Tensorizer, Some(&enc));
+    let file = TensorFile::open(&fx.path, &Default::default()).unwrap();
+    assert!(file.index().has_crypt_info());
+    let with = |pass: &[u8]| LoadOptions {
+        verify_hash: true,
+        decryption: Some(Arc::new(Decryptor::new(
+            Secret::from_passphrase(pass).unwrap(),
+        ))),
+        ..Default::default()
+    };
+    assert_eq!(load(&file, &[0, 1, 2, 3], &with(b"pw")).unwrap(), fx.data);
+    let err = load(&file, &[3], &with(b"pw2")).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Integrity);
+    assert_eq!(err.tensor(), Some("big"));
+    let err = load(&file, &[0], &LoadOptions::default()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(err.uri(), Some(fx.path.as_str()));
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .crypt import EncryptionKey
 from .errors import (
     AuthError,
     FastshardError,
@@ -70,6 +71,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "AuthError",
+    "EncryptionKey",
     "FastshardError",
     "FormatError",
     "IntegrityError",

@@ -20,6 +20,11 @@ PathPart = str | int
 #   dtype: torch dtype name without the "torch." prefix, e.g. "bfloat16"
 EntryTuple = tuple[str, list[PathPart] | None, int, str, list[int], int, int, int]
 
+# (kind, secret, opslimit, memlimit): kind "key" (secret = the raw 32 bytes)
+# or "passphrase" (Argon2id; opslimit/memlimit are the costs used when writing,
+# reads take the file's). Built by fastshard.EncryptionKey.native().
+EncryptionTuple = tuple[Literal["key", "passphrase"], bytes, int, int]
+
 # (name_or_path, tensor_type, module_idx, dtype, shape, is_meta)
 SpecTuple = tuple[str | Sequence[PathPart], int, int, str, Sequence[int], bool]
 
@@ -104,6 +109,7 @@ class Reader:
         concurrency: int | None = None,
         part_size_bytes: int | None = None,
         max_host_bytes: int | None = None,
+        encryption: EncryptionTuple | None = None,
     ) -> dict[str, float]:
         """Fill ``buffers[i]`` with the bytes of tensor ``indices[i]``, or
         with its slice ``slices[i] = (dim, [(start, length), ...])`` (the
@@ -119,6 +125,14 @@ class Reader:
         and 16 MiB for S3 and HTTP). Returns stats of this load (discovery
         not included): bytes_fetched, requests (ranged reads sent, retries
         included), retries, seconds, concurrency, peak_host_bytes.
+
+        ``encryption`` is required for encrypted files (``encrypted``) and
+        refused for others (InvalidArgumentError), as are slices of them.
+        Tensors are decrypted in place after their bytes arrive,
+        chunk-parallel, before hashes are checked (they cover the
+        plaintext). A wrong key or a modified byte fails the chunk's MAC:
+        IntegrityError naming the tensor and the chunk's byte range; the
+        tensor's buffer is zeroed.
         """
 
 @overload
@@ -129,6 +143,7 @@ def write_file(
     *,
     exact_index: bool = False,
     sha256: Literal[False] = False,
+    encryption: EncryptionTuple | None = None,
     **opts: Unpack[SourceOptions],
 ) -> int:
     """Write a tensorizer file to a local path or ``s3://bucket/key``;
@@ -137,7 +152,11 @@ def write_file(
     sizes the index exactly (needed past a few thousand tensors). A local
     file is written beside its name and renamed; an S3 object is a streamed
     multipart upload (one PutObject when small) completed only at the end
-    and aborted on failure, so readers never see half a file."""
+    and aborted on failure, so readers never see half a file.
+    ``encryption`` encrypts every tensor with data as tensorizer does
+    (version 3+ with the encrypted flag, 2 MiB chunks, SHA-256 only on
+    encrypted records); the buffers are not modified (a copy of one tensor
+    at a time is sealed)."""
 
 @overload
 def write_file(
@@ -147,6 +166,7 @@ def write_file(
     *,
     exact_index: bool = False,
     sha256: Literal[True],
+    encryption: EncryptionTuple | None = None,
     **opts: Unpack[SourceOptions],
 ) -> tuple[int, str]:
     """As above; returns (size, hex SHA-256 of the whole file), hashed on

@@ -13,6 +13,7 @@ import torch
 
 from . import _native, _torch, packed, shard, tp
 from ._nested import restructure
+from .crypt import native_key
 from .errors import (
     InvalidArgumentError,
     NotFoundError,
@@ -25,7 +26,9 @@ NameOrPath = str | Sequence[PathPart]
 StateDict = dict[str, torch.Tensor] | dict[Any, Any] | list[Any]
 
 # Options of one native load (``Reader.load``).
-_LOAD_OPTS = frozenset({"verify_hash", "concurrency", "part_size_bytes", "max_host_bytes"})
+_LOAD_OPTS = frozenset(
+    {"verify_hash", "concurrency", "part_size_bytes", "max_host_bytes", "encryption"}
+)
 # Options of the source (``Reader(uri, **opts)``, ``write_file``): where an
 # S3 object or URL is, which credentials to use, how hard to retry.
 # The native layer owns the list, so the two can never disagree.
@@ -33,7 +36,7 @@ SOURCE_OPTS = frozenset(_native.SOURCE_OPTIONS)
 _PATH_OPTS = frozenset({"s3_config_path", "ca_bundle"})
 # Part of the public contract but implemented by later work; refusing them
 # beats silently ignoring e.g. an encryption key.
-LATER_OPTS = frozenset({"encryption", "progress"})
+LATER_OPTS = frozenset({"progress"})
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,8 @@ def split_options(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
             raise InvalidArgumentError(f"unknown option {key!r}")
     if "verify_hash" in load_opts:
         load_opts["verify_hash"] = bool(load_opts["verify_hash"])
+    if "encryption" in load_opts:
+        load_opts["encryption"] = native_key(load_opts["encryption"])
     return source_options(opts), load_opts
 
 
@@ -185,6 +190,13 @@ class TensorFile:
         self.uri: str = self._reader.uri
         self.version: int = self._reader.version
         self.file_size: int = self._reader.file_size
+        self.encrypted: bool = self._reader.encrypted
+        if self._load_opts.get("encryption") is not None and not self.encrypted:
+            # tensorizer refuses this on open too: a key for a plain file is
+            # a sign of the wrong file.
+            raise InvalidArgumentError(
+                f"{self.uri}: encryption= was given but the file is not encrypted", uri=self.uri
+            )
         shard.check_size(self.opened, self.file_size)
         # What open read (header and index); loads' stats do not include it.
         self.discovery_bytes: int = self._reader.discovery_bytes
@@ -452,7 +464,9 @@ def open(uri: str | os.PathLike[str], **opts: Any) -> TensorFile:  # noqa: A001
 
     Load options: ``verify_hash`` (check CRC32 and SHA-256 of every tensor
     loaded), ``concurrency`` (ranged reads in flight), ``part_size_bytes``
-    (bytes per read).
+    (bytes per read), ``encryption`` (a ``fastshard.EncryptionKey``, needed
+    for files tensorizer or fastshard encrypted; a wrong key or modified
+    data raises IntegrityError and returns nothing).
 
     Source options (S3 and HTTP): ``s3_endpoint``, ``s3_access_key_id`` and
     ``s3_secret_access_key`` (both or neither), ``s3_session_token``,

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from . import _native, _torch, packed, shard
+from .crypt import native_key
 from .errors import InvalidArgumentError, UnsupportedError
 from .reader import LATER_OPTS, SOURCE_OPTS, source_options
 
@@ -79,7 +80,10 @@ def save(
     ``s3://bucket/key`` (a streamed multipart upload, completed only once
     the whole file is sent; nothing is staged on local disk). ``opts`` are
     the source options of ``fastshard.open`` (``s3_endpoint``, credentials,
-    ``s3_region``, ``max_attempts``, ...).
+    ``s3_region``, ``max_attempts``, ...), and ``encryption`` (a
+    ``fastshard.EncryptionKey``: every tensor with data is encrypted as
+    tensorizer's ``TensorSerializer(encryption=...)`` does; tensorizer reads
+    the file with the same key or passphrase).
     """
     native_opts = _native_opts(opts)
     entries = _entries(state_dict_or_module)
@@ -95,12 +99,22 @@ def _entries(obj: torch.nn.Module | Mapping[str, Any] | Sequence[Any]) -> list[_
 
 
 def _native_opts(opts: dict[str, Any]) -> dict[str, Any]:
+    opts = dict(opts)
+    encryption = native_key(opts.pop("encryption", None))
     for key in opts:
         if key in LATER_OPTS:
             raise UnsupportedError(f"option {key!r} is not supported yet by this build")
         if key not in SOURCE_OPTS:
             raise InvalidArgumentError(f"unknown option {key!r} for save")
-    return source_options(opts)
+    out = source_options(opts)
+    if encryption is not None:
+        out["encryption"] = encryption
+    return out
+
+
+def _source_only(native_opts: dict[str, Any]) -> dict[str, Any]:
+    """``native_opts`` for the manifest's object calls: the key is only for tensor files."""
+    return {k: v for k, v in native_opts.items() if k != "encryption"}
 
 
 def _write(
@@ -199,7 +213,7 @@ def save_sharded(
     if len(set(uris)) != len(uris):  # e.g. a "%%d" that is no rank spec
         raise InvalidArgumentError(f"{template!r} gives the same name to several ranks")
     native_opts = _native_opts(opts)
-    shard.remove_stale_manifest(template, native_opts)
+    shard.remove_stale_manifest(template, _source_only(native_opts))
     # An uploaded file's hash is taken natively as it streams out (reading it
     # back would download it); a local file's from disk afterwards, which
     # measured cheaper here (OpenSSL's SHA-256 is ~2x the sha2 crate's).
@@ -217,7 +231,7 @@ def save_sharded(
         [size for size, _ in written],
         __version__,
         sha256s=[digest for _, digest in written],
-        source_opts=native_opts,
+        source_opts=_source_only(native_opts),
     )
     return uris
 
@@ -247,6 +261,6 @@ def _save_packed(
         for name, ttype, idx, tensor in own:
             entries.append((packed.prefixed(rank, name, uri=uri), ttype, idx, tensor))
     if directory:
-        shard.remove_stale_manifest(uri, native_opts)
+        shard.remove_stale_manifest(uri, _source_only(native_opts))
     _write(uri, entries, exact_index, native_opts)
     return uri

@@ -6,6 +6,9 @@
 //! `[magic 5][file header 60][metadata_len u64][index entries + padding]`
 //! `[record 0]…[record N-1][u64 0]`, record = `[self-sized header][data]`.
 
+pub mod crypt;
+mod crypt_info;
+mod crypt_key;
 pub mod cursor;
 pub mod dtype;
 pub mod hash;

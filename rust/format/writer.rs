@@ -4,9 +4,11 @@
 //! compared against Python-written goldens. Layout is planned first and
 //! headers are pure functions, so callers may hash tensors in parallel.
 
+use super::crypt::{CryptInfo, WriteCrypt};
 use super::dtype::Dtype;
 use super::header::{
-    FileHeader, FLAGS_VERSION, FLAG_VERSIONED_HEADERS, LONG_TENSOR_VERSION, PREAMBLE_LEN,
+    FileHeader, FLAGS_VERSION, FLAG_ENCRYPTED, FLAG_VERSIONED_HEADERS, LONG_TENSOR_VERSION,
+    PREAMBLE_LEN,
 };
 use super::index::{numel, TAG_LONG, TAG_SHORT};
 use super::names::TensorName;
@@ -17,9 +19,13 @@ use std::collections::HashSet;
 
 /// Tensorizer bumps the data version to this for any opaque dtype.
 const OPAQUE_VERSION: u32 = 2;
+/// tensorizer starts every encrypted file at this version.
+const ENCRYPTION_VERSION: u32 = 3;
 /// Bytes after the u16 hash-section length: count, crc32 {type,len,u32},
 /// sha256 {type,len,32 bytes}.
 const HASH_SECTION_LEN: u16 = 1 + (2 + 4) + (2 + 32);
+/// Encrypted tensors carry SHA-256 only.
+const HASH_SECTION_LEN_SHA: u16 = 1 + (2 + 32);
 /// Dims at or above this need u64 storage (and data version 5).
 const LONG_DIM: u64 = 1 << 32;
 pub const END_MARKER: [u8; 8] = [0; 8];
@@ -51,6 +57,9 @@ pub struct RecordLayout {
     pub data_offset: u64,
     pub data_length: u64,
     pub long_dims: bool,
+    /// In encrypted files: the crypt info to write, with the right number
+    /// of MACs but zero nonce and MACs until the data is sealed.
+    pub crypt: Option<CryptInfo>,
 }
 
 #[derive(Debug, Clone)]
@@ -112,7 +121,12 @@ fn dims_len(spec: &WriteSpec, long: bool) -> u64 {
     spec.shape.len() as u64 * if long { 8 } else { 4 }
 }
 
-fn header_len(spec: &WriteSpec, s: &Sized) -> u64 {
+fn header_len(spec: &WriteSpec, s: &Sized, crypt: Option<&CryptInfo>) -> u64 {
+    let (hashes, crypt_len) = match crypt {
+        Some(c) if c.cipher.is_some() => (HASH_SECTION_LEN_SHA, c.encode().len() as u64),
+        Some(c) => (HASH_SECTION_LEN, c.encode().len() as u64),
+        None => (HASH_SECTION_LEN, 0),
+    };
     8 + 2
         + 1
         + 2
@@ -122,7 +136,8 @@ fn header_len(spec: &WriteSpec, s: &Sized) -> u64 {
         + 1
         + dims_len(spec, s.long)
         + 2
-        + u64::from(HASH_SECTION_LEN)
+        + u64::from(hashes)
+        + crypt_len
         + 8
 }
 
@@ -154,6 +169,15 @@ fn overflow() -> Error {
 }
 
 pub fn plan(specs: &[WriteSpec], mode: IndexMode) -> Result<WriteLayout> {
+    plan_with(specs, mode, None)
+}
+
+/// [`plan`] for a file that may be encrypted.
+pub fn plan_with(
+    specs: &[WriteSpec],
+    mode: IndexMode,
+    encryption: Option<&WriteCrypt>,
+) -> Result<WriteLayout> {
     if specs.is_empty() {
         return Err(Error::invalid(
             "cannot write a tensorizer file with no tensors (readers reject an empty index)",
@@ -168,9 +192,13 @@ pub fn plan(specs: &[WriteSpec], mode: IndexMode) -> Result<WriteLayout> {
         }
     }
     // The version is the newest feature any tensor needs (format notes §1.2).
-    let mut version = 1;
+    let mut version = if encryption.is_some() {
+        ENCRYPTION_VERSION
+    } else {
+        1
+    };
     if specs.iter().any(|s| s.dtype.is_opaque()) {
-        version = OPAQUE_VERSION;
+        version = version.max(OPAQUE_VERSION);
     }
     // tensorizer bumps for every meta tensor, even one with no elements.
     if specs.iter().any(|s| s.is_meta) {
@@ -207,7 +235,8 @@ pub fn plan(specs: &[WriteSpec], mode: IndexMode) -> Result<WriteLayout> {
     let mut records = Vec::with_capacity(specs.len());
     let mut tensor_size = 0u64;
     for (spec, s) in specs.iter().zip(&sized) {
-        let header_len = header_len(spec, s);
+        let crypt = encryption.map(|e| e.placeholder(s.data_length));
+        let header_len = header_len(spec, s, crypt.as_ref());
         let data_offset = offset.checked_add(header_len).ok_or_else(overflow)?;
         records.push(RecordLayout {
             header_offset: offset,
@@ -215,6 +244,7 @@ pub fn plan(specs: &[WriteSpec], mode: IndexMode) -> Result<WriteLayout> {
             data_offset,
             data_length: s.data_length,
             long_dims: s.long,
+            crypt,
         });
         offset = data_offset
             .checked_add(s.data_length)
@@ -248,7 +278,12 @@ pub fn plan(specs: &[WriteSpec], mode: IndexMode) -> Result<WriteLayout> {
     index_region.resize(region_len, 0);
     let header = FileHeader {
         version,
-        flags: if versioned { FLAG_VERSIONED_HEADERS } else { 0 },
+        flags: if versioned { FLAG_VERSIONED_HEADERS } else { 0 }
+            | if encryption.is_some() {
+                FLAG_ENCRYPTED
+            } else {
+                0
+            },
         tensor_size,
         tensor_count: specs.len() as u64,
         metadata_len,
@@ -277,25 +312,44 @@ pub fn record_header(spec: &WriteSpec, rec: &RecordLayout, data: &[u8]) -> Vec<u
     h.extend_from_slice(dtype);
     h.push(u8::try_from(spec.shape.len()).unwrap_or(u8::MAX));
     push_dims(&mut h, &spec.shape, rec.long_dims);
-    h.extend_from_slice(&HASH_SECTION_LEN.to_le_bytes());
-    h.push(2);
-    h.extend_from_slice(&[HASH_CRC32, 4]);
-    let crc_at = h.len();
-    h.extend_from_slice(&[0; 4]);
+    let sealed = rec.crypt.as_ref().is_some_and(|c| c.cipher.is_some());
+    let mut crc_at = None;
+    if sealed {
+        h.extend_from_slice(&HASH_SECTION_LEN_SHA.to_le_bytes());
+        h.push(1);
+    } else {
+        h.extend_from_slice(&HASH_SECTION_LEN.to_le_bytes());
+        h.push(2);
+        h.extend_from_slice(&[HASH_CRC32, 4]);
+        crc_at = Some(h.len());
+        h.extend_from_slice(&[0; 4]);
+    }
     h.extend_from_slice(&[HASH_SHA256, 32]);
     let sha_at = h.len();
     h.extend_from_slice(&[0; 32]);
+    let crypt_at = h.len();
     h.extend_from_slice(
         &i64::try_from(rec.data_length)
             .unwrap_or(i64::MAX)
             .to_le_bytes(),
     );
-    let (crc, sha) = hash::crc32_and_sha256(&h, data);
-    if let Some(slot) = h.get_mut(crc_at..crc_at + 4) {
-        slot.copy_from_slice(&crc.to_le_bytes());
+    // Hashes cover the header without its crypt info, and the plaintext.
+    let mut hasher = hash::Hasher::new(crc_at.is_some(), true);
+    hasher.update(&h);
+    hasher.update(data);
+    let (crc, sha) = hasher.finish();
+    if let (Some(at), Some(crc)) = (crc_at, crc) {
+        if let Some(slot) = h.get_mut(at..at + 4) {
+            slot.copy_from_slice(&crc.to_le_bytes());
+        }
     }
-    if let Some(slot) = h.get_mut(sha_at..sha_at + 32) {
+    if let (Some(slot), Some(sha)) = (h.get_mut(sha_at..sha_at + 32), sha) {
         slot.copy_from_slice(&sha);
+    }
+    if let Some(c) = &rec.crypt {
+        let tail = h.split_off(crypt_at);
+        h.extend_from_slice(&c.encode());
+        h.extend_from_slice(&tail);
     }
     h
 }
@@ -307,6 +361,11 @@ pub fn write_all<W: std::io::Write>(
     layout: &WriteLayout,
     data: &[&[u8]],
 ) -> Result<u64> {
+    if layout.records.iter().any(|r| r.crypt.is_some()) {
+        return Err(Error::invalid(
+            "write_all writes plain files; encrypted ones go through save::write_file_with",
+        ));
+    }
     if specs.len() != layout.records.len() || data.len() != specs.len() {
         return Err(Error::invalid(format!(
             "write_all got {} specs, {} data buffers and a layout for {} tensors",

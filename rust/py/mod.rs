@@ -1,6 +1,7 @@
 //! The only place that knows about Python: the `fastshard._native` module.
 
 mod buffers;
+mod crypt;
 mod errors;
 mod gil;
 mod objects;

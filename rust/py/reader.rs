@@ -10,6 +10,7 @@ use super::gil::run_blocking;
 use super::options;
 use crate::error::Error;
 use crate::exec::CancelToken;
+use crate::format::crypt::Decryptor;
 use crate::format::names::{PathPart, TensorName};
 use crate::plan::TensorSlice;
 use crate::session::{LoadOptions, TensorFile};
@@ -95,7 +96,7 @@ impl Reader {
         Ok(list)
     }
 
-    #[pyo3(signature = (indices, buffers, *, slices=None, verify_hash=false, concurrency=None, part_size_bytes=None, max_host_bytes=None))]
+    #[pyo3(signature = (indices, buffers, *, slices=None, verify_hash=false, concurrency=None, part_size_bytes=None, max_host_bytes=None, encryption=None))]
     #[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
     fn load<'py>(
         &self,
@@ -107,7 +108,11 @@ impl Reader {
         concurrency: Option<usize>,
         part_size_bytes: Option<u64>,
         max_host_bytes: Option<u64>,
+        encryption: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        // One Decryptor per load: a passphrase is derived once, not per tensor.
+        let decryption = super::crypt::parse(encryption.as_ref())?
+            .map(|k| std::sync::Arc::new(Decryptor::new(k.secret)));
         let slices: Vec<Option<TensorSlice>> = slices
             .unwrap_or_default()
             .into_iter()
@@ -125,6 +130,7 @@ impl Reader {
             concurrency,
             part_size: part_size_bytes,
             max_host_bytes,
+            decryption,
         };
         let cancel = CancelToken::new();
         let file = &self.file;

@@ -13,9 +13,11 @@ use crate::exec::CancelToken;
 use crate::format::names::{PathPart, TensorName};
 use crate::format::writer::{IndexMode, WriteSpec};
 use crate::format::{Dtype, TensorType};
+use crate::save::SaveEncryption;
 
 #[pyfunction]
-#[pyo3(signature = (path, specs, buffers, *, exact_index=false, sha256=false, **opts))]
+#[pyo3(signature = (path, specs, buffers, *, exact_index=false, sha256=false, encryption=None, **opts))]
+#[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
 pub fn write_file<'py>(
     py: Python<'py>,
     path: String,
@@ -23,9 +25,11 @@ pub fn write_file<'py>(
     buffers: Vec<Bound<'py, PyAny>>,
     exact_index: bool,
     sha256: bool,
+    encryption: Option<Bound<'py, PyAny>>,
     opts: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let source_opts = options::parse(opts)?;
+    let key = super::crypt::parse(encryption.as_ref())?;
     let specs = specs
         .iter()
         .map(parse_spec)
@@ -55,7 +59,20 @@ pub fn write_file<'py>(
                 }
             })
             .collect();
-        crate::save::write_file_hashed(&path, &specs, &data, mode, &source_opts, sha256)
+        // Argon2id is slow on purpose: derived here, with the GIL released.
+        let enc = key
+            .as_ref()
+            .map(|k| SaveEncryption::new(&k.secret, k.opslimit, k.memlimit))
+            .transpose()?;
+        crate::save::write_file_with(
+            &path,
+            &specs,
+            &data,
+            mode,
+            &source_opts,
+            sha256,
+            enc.as_ref(),
+        )
     });
     held.release(py);
     // The size alone, or (size, hex digest) when the caller asked for one.

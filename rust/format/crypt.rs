@@ -1,0 +1,226 @@
+//! Tensorizer's tensor encryption (format notes §4): the crypt-info block in
+//! each record header, and XSalsa20-Poly1305 secretbox over fixed-size
+//! chunks of the tensor data, chunk i sealed with the initial nonce + i (a
+//! 192-bit little-endian integer) and its 16-byte MAC kept in the header.
+//! Chunks are independent, so both directions run on all cores. Only the
+//! data is encrypted: names, shapes and hashes stay plaintext.
+
+use super::record::RecordHeader;
+use crate::error::{Error, Result};
+use crypto_secretbox::aead::{AeadInPlace, KeyInit};
+use crypto_secretbox::XSalsa20Poly1305;
+use rayon::prelude::*;
+use zeroize::Zeroizing;
+
+pub use super::crypt_info::{Cipher, CryptInfo};
+pub use super::crypt_key::{
+    derive_key, Decryptor, KdfParams, Secret, ALG_ARGON2ID13, MEMLIMIT_MODERATE, OPSLIMIT_MODERATE,
+};
+
+/// What tensorizer's writer uses; readers take any valid size from the file.
+pub const CHUNK_SIZE: u64 = 2 << 20;
+pub const KEY_LEN: usize = 32;
+pub const NONCE_LEN: usize = 24;
+pub const MAC_LEN: usize = 16;
+
+pub type Key = Zeroizing<[u8; KEY_LEN]>;
+pub type Nonce = [u8; NONCE_LEN];
+pub type Mac = [u8; MAC_LEN];
+
+fn array<const N: usize>(b: &[u8]) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(b);
+    out
+}
+
+/// Number of MACs tensorizer writes for `len` bytes.
+pub fn num_chunks(len: u64, chunk_size: u64) -> u64 {
+    len.div_ceil(chunk_size.max(1))
+}
+
+/// `nonce + i` as 192-bit little-endian integers (libsodium's `sodium_increment`).
+pub fn nonce_add(nonce: &Nonce, i: u64) -> Nonce {
+    let mut out = *nonce;
+    let mut carry = u128::from(i);
+    for b in out.iter_mut() {
+        if carry == 0 {
+            break;
+        }
+        let sum = u128::from(*b) + (carry & 0xff);
+        *b = sum as u8;
+        carry = (carry >> 8) + (sum >> 8);
+    }
+    out
+}
+
+/// Decrypts `data` in place after checking every chunk's MAC, spreading
+/// chunks over the cores. A chunk whose MAC fails is left as ciphertext;
+/// callers must treat the whole buffer as garbage on error. `data_offset`
+/// (the data's file offset) locates the failing chunk in the error.
+pub fn decrypt_in_place(
+    key: &Key,
+    cipher: &Cipher,
+    data: &mut [u8],
+    data_offset: u64,
+) -> Result<()> {
+    let aead = XSalsa20Poly1305::new((&**key).into());
+    let len = data.len() as u64;
+    let fail = |chunk: usize, start: u64, n: usize| {
+        Error::integrity(format!(
+            "decryption failed: the authentication tag of chunk {chunk} does not match \
+             (wrong key, or the data was modified)"
+        ))
+        .with_range(data_offset + start..data_offset + start + n as u64)
+    };
+    let open = |nonce: &Nonce, mac: &Mac, buf: &mut [u8]| {
+        aead.decrypt_in_place_detached(nonce.into(), b"", buf, mac.into())
+    };
+    match cipher {
+        Cipher::Whole { nonce, mac } => open(nonce, mac, data).map_err(|_| fail(0, 0, data.len())),
+        Cipher::Chunked { macs, nonce, .. } if macs.len() == 1 => {
+            open(nonce, &macs[0], data).map_err(|_| fail(0, 0, data.len()))
+        }
+        Cipher::Chunked {
+            chunk_size,
+            nonce,
+            macs,
+        } => {
+            let want = num_chunks(len, *chunk_size);
+            if macs.len() as u64 != want {
+                return Err(Error::format(format!(
+                    "crypt info has {} MACs but {len} bytes in {chunk_size}-byte chunks need {want}",
+                    macs.len()
+                ))
+                .with_range(data_offset..data_offset + len));
+            }
+            let size =
+                usize::try_from(*chunk_size).map_err(|_| Error::format("chunk size too large"))?;
+            data.par_chunks_mut(size)
+                .zip(macs.par_iter())
+                .enumerate()
+                .try_for_each(|(i, (buf, mac))| {
+                    let n = nonce_add(nonce, i as u64);
+                    let n_len = buf.len();
+                    open(&n, mac, buf).map_err(|_| fail(i, (i * size) as u64, n_len))
+                })
+        }
+    }
+}
+
+/// Encrypts `data` in place in `chunk_size` pieces starting at `nonce`;
+/// returns one MAC per chunk (none for empty data).
+pub fn encrypt_in_place(
+    key: &Key,
+    chunk_size: u64,
+    nonce: &Nonce,
+    data: &mut [u8],
+) -> Result<Vec<Mac>> {
+    let size = usize::try_from(chunk_size)
+        .ok()
+        .filter(|&s| s > 0)
+        .ok_or_else(|| Error::invalid(format!("invalid encryption chunk size {chunk_size}")))?;
+    let aead = XSalsa20Poly1305::new((&**key).into());
+    data.par_chunks_mut(size)
+        .enumerate()
+        .map(|(i, buf)| {
+            let n = nonce_add(nonce, i as u64);
+            aead.encrypt_in_place_detached((&n).into(), b"", buf)
+                .map(|tag| array(&tag))
+                .map_err(|_| Error::invalid("encryption failed"))
+        })
+        .collect()
+}
+
+/// Decrypts one record's data in place, as tensorizer's reader does: a
+/// tensor with data must carry a cipher chunk; zero-size and meta tensors
+/// carry none and are left alone. On failure the data is zeroed, so neither
+/// ciphertext nor partly decrypted bytes reach the caller.
+pub fn decrypt_record(
+    dec: &Decryptor,
+    record: &RecordHeader,
+    header_buf: &[u8],
+    header_offset: u64,
+    data: &mut [u8],
+    data_offset: u64,
+) -> Result<()> {
+    let span = header_offset..header_offset.saturating_add(record.header_len);
+    let block = record
+        .crypt_info
+        .clone()
+        .and_then(|r| header_buf.get(r.clone()).map(|b| (b, r.start)))
+        .ok_or_else(|| {
+            Error::format("record header has no crypt-info block").with_range(span.clone())
+        })?;
+    let info = CryptInfo::parse(block.0, header_offset.saturating_add(block.1 as u64))?;
+    let cipher =
+        match (&info.cipher, data.is_empty()) {
+            (_, true) => return Ok(()),
+            (Some(c), false) => c,
+            (None, false) => return Err(Error::format(
+                "the file is encrypted but this tensor's data is not (no cipher in its crypt info)",
+            )
+            .with_range(span)),
+        };
+    let result = dec
+        .key_for(&info)
+        .and_then(|key| decrypt_in_place(&key, cipher, data, data_offset));
+    if result.is_err() {
+        data.fill(0);
+    }
+    result
+}
+
+/// How a file is encrypted: every tensor with data is sealed in
+/// `chunk_size` chunks; `kdf` (passphrase files) is repeated in each header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteCrypt {
+    pub chunk_size: u64,
+    pub kdf: Option<KdfParams>,
+}
+
+impl WriteCrypt {
+    /// The crypt info a record of `data_length` bytes will carry, with the
+    /// right number of MACs but zero nonce and MACs until it is sealed.
+    pub fn placeholder(&self, data_length: u64) -> CryptInfo {
+        let macs = num_chunks(data_length, self.chunk_size);
+        CryptInfo {
+            kdf: (macs > 0).then(|| self.kdf.clone()).flatten(),
+            cipher: (macs > 0).then(|| Cipher::Chunked {
+                chunk_size: self.chunk_size,
+                nonce: [0; NONCE_LEN],
+                macs: vec![[0; MAC_LEN]; macs as usize],
+            }),
+        }
+    }
+}
+
+/// Replaces the crypt info of a header built by [`super::writer::record_header`] (whose
+/// placeholder has the same size) once the data is sealed; the hashes do
+/// not cover it, so they stay valid.
+pub fn set_crypt_info(header: &mut [u8], info: &CryptInfo) -> Result<()> {
+    let block = info.encode();
+    let end = header.len().saturating_sub(8);
+    let slot = end
+        .checked_sub(block.len())
+        .and_then(|start| header.get_mut(start..end))
+        .ok_or_else(|| Error::invalid("crypt info does not fit the planned header"))?;
+    if slot.get(..8) != block.get(..8) {
+        return Err(Error::invalid(
+            "crypt info does not match the planned header",
+        ));
+    }
+    slot.copy_from_slice(&block);
+    Ok(())
+}
+
+/// A fresh random nonce (the OS-seeded CSPRNG); with 192 random bits, a
+/// reuse across a file's tensors is not a practical concern.
+pub fn random_nonce() -> Nonce {
+    let mut n = [0u8; NONCE_LEN];
+    rand::RngCore::fill_bytes(&mut rand::rng(), &mut n);
+    n
+}
+
+#[cfg(test)]
+#[path = "crypt_tests.rs"]
+mod tests;
