@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 
 from . import tp
-from .errors import FastshardError, InvalidArgumentError, ShardMismatchError
+from .errors import FastshardError, InvalidArgumentError, ShardMismatchError, UnsupportedError
 from .reader import LoadStats, TensorFile
 
 # Default bytes held at once by a cooperative load when max_host_bytes is unset.
@@ -63,6 +63,15 @@ def group_of(group: Any, rank: int, world_size: int) -> Any:
             "in every rank"
         )
     g = group if group is not None else dist.group.WORLD
+    backend = str(dist.get_backend(g)).lower()
+    if "gloo" not in backend:
+        # The exchange buffers are host memory; NCCL needs them on the GPU,
+        # which this build does not stage yet.
+        raise UnsupportedError(
+            f"cooperative loading exchanges host buffers and needs a gloo group, not "
+            f"{backend!r}: pass group=torch.distributed.new_group(backend='gloo') (vLLM: "
+            "get_tp_group().cpu_group)"
+        )
     g_rank, g_size = dist.get_rank(g), dist.get_world_size(g)
     if (g_rank, g_size) != (rank, world_size):
         raise ShardMismatchError(
