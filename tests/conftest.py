@@ -103,6 +103,13 @@ def assert_bit_equal(actual: torch.Tensor, expected: torch.Tensor) -> None:
     assert torch.equal(as_bytes(actual), as_bytes(expected))
 
 
+def assert_state_equal(actual: dict, expected: dict) -> None:
+    """Same names in the same order, every tensor bit-equal."""
+    assert list(actual) == list(expected)
+    for key, value in expected.items():
+        assert_bit_equal(actual[key], value)
+
+
 def tensorizer_write(obj: Any, path: Path, **kwargs: Any) -> Path:
     """Write ``obj`` with the real tensorizer: ``write_module`` for modules,
     ``write_state_dict`` otherwise."""

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-from conftest import assert_bit_equal, random_tensor, tensorizer_write
+from conftest import assert_bit_equal, assert_state_equal, random_tensor, tensorizer_write
 
 import fastshard
 from fastshard import packed, shard
@@ -58,12 +58,6 @@ def tp_net(rank: int, world_size: int, seed_base: int = 0) -> TPNet:
         net.scale.normal_()
     net.seen.fill_(rank + seed_base)
     return net
-
-
-def assert_state_equal(actual: dict, expected: dict) -> None:
-    assert list(actual) == list(expected)
-    for key, value in expected.items():
-        assert_bit_equal(actual[key], value)
 
 
 def check_every_rank(uri: str, sources: list[dict], **opts) -> None:

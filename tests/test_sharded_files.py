@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
-from conftest import assert_bit_equal, random_tensor
+from conftest import assert_bit_equal, assert_state_equal, random_tensor
 
 import fastshard
 from fastshard import shard
@@ -49,12 +49,6 @@ def tp_net(rank: int, world_size: int, seed_base: int = 0) -> TPNet:
     net = TPNet(world_size)
     net.seen.fill_(rank + seed_base)
     return net
-
-
-def assert_state_equal(actual: dict, expected: dict) -> None:
-    assert list(actual) == list(expected)
-    for key, value in expected.items():
-        assert_bit_equal(actual[key], value)
 
 
 @pytest.mark.parametrize("form", TEMPLATES)
