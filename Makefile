@@ -38,7 +38,7 @@ PYTEST_ARGS ?=
 PYTEST_TIMEOUT ?= 900
 
 .PHONY: help setup develop develop-release test test-rust test-py lint fmt-check clippy ruff \
-	fmt bench bench-remote bench-tp demo demo-local clean distclean
+	fmt bench bench-remote bench-tp demo demo-local wheel gpu-check clean distclean
 
 help: ## List the targets
 	@echo "fastshard: make TARGET"
@@ -97,6 +97,13 @@ demo: develop-release ## The main job: a ~1 GiB model on a local S3 server, load
 
 demo-local: develop-release ## A ~1 GiB tensorizer file on local disk, loaded by fastshard, tensorizer and safetensors
 	@$(TIMED) demo-local $(PY) scripts/demo.py $(DEMO_ARGS)
+
+wheel: setup ## Release abi3 wheel (CPython >= 3.11, any of them) into .whl/, for machines without a toolchain (the GPU check)
+	@$(TIMED) wheel env $(PYO3_ENV) $(VENV_ABS)/bin/maturin build --release --out .whl
+	@ls -l .whl/fastshard-*.whl
+
+gpu-check: ## On a CUDA machine with the wheel installed: benches/gpu_check.py (BENCH_ARGS="--size-gib 10 --out DIR")
+	@$(TIMED) gpu-check python3 benches/gpu_check.py $(BENCH_ARGS)
 
 clean: ## Remove build outputs, benchmark scratch files and caches (keeps .venv)
 	$(CARGO) clean

@@ -29,6 +29,8 @@ pub enum ErrorKind {
     Cancelled,
     /// The caller passed something unusable (bad option, wrong buffer size).
     InvalidArgument,
+    /// `max_host_bytes` is smaller than one indivisible read or staging piece.
+    Budget,
     /// A feature of the file that this build cannot handle yet (e.g. encryption without a key).
     Unsupported,
     /// Local I/O failure that is none of the above.
@@ -48,6 +50,7 @@ impl ErrorKind {
             ErrorKind::ShardMismatch => "shard_mismatch",
             ErrorKind::Cancelled => "cancelled",
             ErrorKind::InvalidArgument => "invalid_argument",
+            ErrorKind::Budget => "budget",
             ErrorKind::Unsupported => "unsupported",
             ErrorKind::Io => "io",
         }

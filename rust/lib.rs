@@ -6,6 +6,7 @@
 //! [`session`] ties these together for one opened file. The `py` module (only
 //! with the `python` feature) is the sole place that knows about Python.
 
+pub mod buffer;
 pub mod error;
 pub mod exec;
 pub mod format;

@@ -212,6 +212,11 @@ def test_slicing_errors_are_typed_and_early(tmp_path: Path) -> None:
     bad = {"qkv.weight": ShardSpec(0, parts=(Q, K))}
     with pytest.raises(fastshard.InvalidArgumentError, match="do not add up"):
         fastshard.load(TPBlock(2), path, 0, 2, shard_specs=bad)
+    # parts= is the fused sizes, not a rank count (that comes from world_size).
+    with pytest.raises(fastshard.InvalidArgumentError, match="fused"):
+        fastshard.load_state_dict(
+            path, rank=0, world_size=2, shard_specs={"o.weight": ShardSpec(0, parts=2)}  # type: ignore[arg-type]
+        )
     # A dim that does not split evenly.
     with pytest.raises(fastshard.InvalidArgumentError, match="split evenly"):
         fastshard.load_state_dict(path, rank=0, world_size=3, shard_specs={"o.weight": 1})

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from .crypt import EncryptionKey
 from .errors import (
     AuthError,
+    BudgetError,
+    DeviceError,
     FastshardError,
     FormatError,
     IntegrityError,
@@ -71,6 +73,8 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "AuthError",
+    "BudgetError",
+    "DeviceError",
     "EncryptionKey",
     "FastshardError",
     "FormatError",

@@ -79,6 +79,19 @@ class SourceOptions(TypedDict, total=False):
 # Names of the source options (keys of SourceOptions), as the native layer accepts them.
 SOURCE_OPTIONS: list[str]
 
+class Slab:
+    """A Rust-owned, page-aligned, zero-initialised host buffer of ``nbytes``
+    bytes, exported through the writable buffer protocol (``torch.frombuffer``
+    views it; the CUDA path pins it with ``cudaHostRegister``). Views keep
+    the slab alive. Allocation failure raises StorageError."""
+
+    def __init__(self, nbytes: int) -> None: ...
+    @property
+    def nbytes(self) -> int: ...
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+
 class Reader:
     """An opened tensorizer file: header and index fetched and validated.
 

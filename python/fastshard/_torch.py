@@ -62,40 +62,6 @@ def empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(tuple(shape), dtype=dtype, device="cpu")
 
 
-class Arena:
-    """One byte buffer that a load's temporaries are carved from, batch after
-    batch. Fresh allocations per batch would let glibc's adaptive mmap
-    threshold move them to the heap, which then keeps growing (measured: a
-    1 GiB load in 32 MiB batches grew RSS by 560 MiB); one reused buffer
-    keeps the resident memory at the budget."""
-
-    ALIGN = 64  # every dtype view of a carved piece is aligned
-
-    def __init__(self, nbytes: int) -> None:
-        self.buf = torch.empty(nbytes, dtype=torch.uint8)
-        self.used = 0
-
-    @property
-    def capacity(self) -> int:
-        return self.buf.numel()
-
-    @classmethod
-    def size_of(cls, shape: Sequence[int], dtype: torch.dtype) -> int:
-        """Bytes a ``take`` of this shape may use, alignment included."""
-        return -(-nbytes(shape, dtype) // cls.ALIGN) * cls.ALIGN
-
-    def take(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-        n = nbytes(shape, dtype)
-        start = -(-self.used // self.ALIGN) * self.ALIGN
-        if start + n > self.capacity:
-            raise MemoryError(f"arena of {self.capacity} bytes cannot hold {n} more")
-        self.used = start + n
-        return self.buf[start : start + n].view(dtype).view(tuple(shape))
-
-    def reset(self) -> None:
-        self.used = 0
-
-
 def writable_bytes(tensor: torch.Tensor) -> np.ndarray:
     """A writable uint8 view of a contiguous CPU tensor's memory.
 
@@ -129,16 +95,6 @@ def readable_bytes(tensor: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
     return flat.view(torch.uint8).numpy(), owner
 
 
-def to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """Move a freshly loaded CPU tensor to its target device.
-
-    The one seam a CUDA fast path (pinned staging, side streams) plugs into.
-    """
-    if device.type == "cpu":
-        return tensor
-    return tensor.to(device)
-
-
 def as_device(device: DeviceLike | None) -> torch.device:
     if device is None:
         return torch.device("cpu")
@@ -146,7 +102,7 @@ def as_device(device: DeviceLike | None) -> torch.device:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise InvalidArgumentError(f"invalid device {device!r}: {exc}") from None
-    # Fail before reading gigabytes, not at the first .to(device).
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise InvalidArgumentError(f"device {device!r} requested but CUDA is not available")
+    from . import _cuda
+
+    _cuda.check(dev)  # before reading gigabytes, not at the first copy
     return dev

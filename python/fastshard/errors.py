@@ -58,12 +58,23 @@ class InvalidArgumentError(FastshardError, ValueError):
     """An option, buffer or name the caller passed cannot be used."""
 
 
+class BudgetError(InvalidArgumentError):
+    """``max_host_bytes`` is smaller than one piece that cannot be split
+    (one read of the plan, one row of a tensor to stage)."""
+
+
+class DeviceError(InvalidArgumentError):
+    """The requested device does not exist here (no CUDA, or no such index)."""
+
+
 class UnsupportedError(FormatError):
     """A feature of the file that this build cannot handle."""
 
 
 __all__ = [
     "AuthError",
+    "BudgetError",
+    "DeviceError",
     "FastshardError",
     "FormatError",
     "IntegrityError",

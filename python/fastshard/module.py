@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from . import _torch, tp
+from . import _ring, _torch, tp
 from . import cooperative as _coop
 from .errors import FastshardError, FormatError, InvalidArgumentError
 from .reader import LoadStats, TensorFile
@@ -32,17 +32,10 @@ class _Target:
 class _Job:
     target: _Target
     index: int  # in the file
-    dest: torch.Tensor  # what the native load fills (a temporary when copy_into is set)
-    copy_into: torch.Tensor | None  # copy dest into this afterwards
+    dest: torch.Tensor  # what the native load fills in place (meta when copy_into is set)
+    copy_into: torch.Tensor | None  # staged through the ring into this instead
     slice: tp.Slice | None = None  # this rank's tensor-parallel slice of the file's tensor
     shape: tuple[int, ...] = ()  # of the loaded (sliced) tensor
-
-    @property
-    def temp_bytes(self) -> int:
-        """Host memory this job holds beyond the model: its temporary."""
-        if self.copy_into is None:
-            return 0
-        return _torch.nbytes(self.shape, self.dest.dtype)
 
 
 def _targets(model: torch.nn.Module) -> dict[str, _Target]:
@@ -160,9 +153,9 @@ def _plan(
     targets: dict[str, _Target],
     in_file: dict[str, int],
     slices: dict[str, tp.Slice | None],
+    device: torch.device,
 ) -> list[_Job]:
-    """One job per matched name. Temporaries are allocated later, a batch
-    at a time (``_fill``): ``dest`` of a copy job is a meta placeholder."""
+    """One job per matched name; meta tensors get memory on ``device``."""
     jobs: list[_Job] = []
     replaced: dict[int, torch.Tensor] = {}  # id(meta tensor) → its new CPU tensor
     claimed: list[tuple[int, int]] = []  # memory ranges already filled in place
@@ -177,7 +170,7 @@ def _plan(
             if t.owner is None:
                 raise InvalidArgumentError(f"cannot allocate meta tensor {name!r}: owner unknown")
             if id(dest) not in replaced:
-                replaced[id(dest)] = _torch.empty(shape, dest.dtype)
+                replaced[id(dest)] = torch.empty(shape, dtype=dest.dtype, device=device)
             dest = replaced[id(dest)]
         if _in_place_ok(dest, info.dtype, claimed):
             jobs.append(_Job(t, index, dest, None, sl, shape))
@@ -188,99 +181,29 @@ def _plan(
 
 
 def _fill(f: TensorFile, jobs: list[_Job], budget: int | None) -> LoadStats:
-    """Load every job, in file order, in batches whose temporaries fit
-    ``budget`` (max_host_bytes); each batch's temporaries are copied into
-    the model before the next batch reuses their memory."""
+    """Load every job: in-place destinations in one native call straight
+    into their memory, the others through the staging ring (``_ring``),
+    whose slabs and native loads stay within ``budget`` (max_host_bytes)."""
     total = LoadStats()
-    # Temporaries get half the budget; the native load's headers and gap
-    # scratch the rest.
-    room = None if budget is None else budget // 2
-    needs = [
-        _torch.Arena.size_of(j.shape, j.dest.dtype) if j.copy_into is not None else 0 for j in jobs
-    ]
-    arena = _torch.Arena(min(sum(needs), room) if room is not None else sum(needs))
-    batch: list[_Job] = []
-
-    def flush() -> None:
-        nonlocal batch
-        if not batch:
-            return
-        arena.reset()
-        for job in batch:
-            if job.copy_into is not None:
-                job.dest = arena.take(job.shape, job.dest.dtype)
-        native = {} if budget is None else {"max_host_bytes": budget - arena.used}
-        stats = f.fill(
-            [j.index for j in batch], [j.dest for j in batch], [j.slice for j in batch], **native
+    direct = [j for j in jobs if j.copy_into is None]
+    staged = [j for j in jobs if j.copy_into is not None]
+    if direct:
+        native = {} if budget is None else {"max_host_bytes": budget}
+        total.add(
+            f.fill(
+                [j.index for j in direct],
+                [j.dest for j in direct],
+                [j.slice for j in direct],
+                **native,
+            )
         )
-        total.add(stats, arena.used)
-        _copy_temporaries(batch)
-        batch = []
-
-    held = 0
-    for job, need in zip(jobs, needs, strict=True):
-        if room is not None and need > room:
-            flush()
-            held = 0
-            _fill_in_row_chunks(f, job, arena, total)
-            continue
-        if room is not None and batch and held + need > room:
-            flush()
-            held = 0
-        batch.append(job)
-        held += need
-    flush()
+    if staged:
+        items = []
+        for j in staged:
+            assert j.copy_into is not None
+            items.append(_ring.Item(j.index, j.slice, j.shape, j.copy_into))
+        total.add(_ring.load(f, items, budget))
     return total
-
-
-def _copy_temporaries(batch: list[_Job]) -> None:
-    with torch.no_grad():
-        for job in batch:
-            if job.copy_into is not None:
-                job.copy_into.copy_(job.dest)
-                # The arena's memory is reused next; a meta placeholder
-                # keeps dtype and shape.
-                job.dest = torch.empty(job.shape, dtype=job.dest.dtype, device="meta")
-
-
-def _fill_in_row_chunks(f: TensorFile, job: _Job, arena: _torch.Arena, total: LoadStats) -> None:
-    """A temporary larger than the arena (the temporaries' half of
-    max_host_bytes) is loaded a block of rows (dim 0) at a time: each block
-    is a dim-0 slice of the file's tensor."""
-    assert job.copy_into is not None
-    name = f.info_at(job.index).name
-    room = arena.capacity
-    if job.slice is not None and job.slice[0] != 0:
-        raise InvalidArgumentError(
-            f"{name}: its dim-{job.slice[0]} slice needs a {job.temp_bytes}-byte temporary "
-            f"(dtype or device differ from the file), more than the {room} bytes "
-            "max_host_bytes leaves for temporaries (half of it)",
-            uri=f.uri,
-            tensor=name,
-        )
-    rows = job.shape[0] if job.shape else 0
-    row_bytes = job.temp_bytes // rows if rows else job.temp_bytes
-    per_chunk = room // row_bytes if row_bytes else 0
-    if per_chunk == 0:
-        raise InvalidArgumentError(
-            f"{name}: one row of it needs {row_bytes} bytes of temporary memory, more than "
-            f"the {room} bytes max_host_bytes leaves for temporaries (half of it)",
-            uri=f.uri,
-            tensor=name,
-        )
-    # Local rows are the slice's ranges laid end to end (or the whole dim).
-    ranges = job.slice[1] if job.slice is not None else [(0, rows)]
-    local = 0
-    for start, length in ranges:
-        for off in range(0, length, per_chunk):
-            n = min(per_chunk, length - off)
-            arena.reset()
-            temp = arena.take((n, *job.shape[1:]), job.dest.dtype)
-            stats = f.fill([job.index], [temp], [(0, [(start + off, n)])], max_host_bytes=room)
-            total.add(stats, arena.used)
-            with torch.no_grad():
-                job.copy_into[local : local + n].copy_(temp)
-            local += n
 
 
 def _in_place_ok(dest: torch.Tensor, dtype: torch.dtype, claimed: list[tuple[int, int]]) -> bool:
@@ -336,6 +259,7 @@ def load(
     shard_specs: tp.Specs | None = None,
     cooperative: bool = False,
     group: Any = None,
+    device: _torch.DeviceLike | None = None,
     **opts: Any,
 ) -> LoadStats:
     """Copy a file's tensors into ``model``'s parameters and buffers.
@@ -347,12 +271,14 @@ def load(
     in the model; shapes must always match. All of that is checked before any
     tensor byte is read, so a mismatch leaves the model untouched.
 
-    CPU parameters of the file's dtype are filled in place; others are loaded
-    into a temporary and copied (cast) in, in batches whose temporaries fit
-    ``max_host_bytes`` (a larger tensor goes in blocks of rows). Meta
-    parameters and buffers are replaced by CPU tensors holding the loaded
-    values. If the read itself fails, the error is raised and in-place
-    destinations may hold partial data.
+    CPU parameters of the file's dtype are filled in place; the others
+    (CUDA, another dtype) are staged through a few reusable host slabs
+    (pinned for CUDA, copied on side streams while the next slabs are
+    fetched; the caller's stream waits for the copies before ``load``
+    returns), all within ``max_host_bytes`` (a large tensor goes in blocks
+    of rows). Meta parameters and buffers are replaced by tensors on
+    ``device`` (default CPU) holding the loaded values. If the read itself
+    fails, the error is raised and destinations may hold partial data.
 
     ``uri`` may be a per-rank template (``model-rank-%03d.tensors`` or
     ``{rank}``) or a directory: ``rank``'s file is loaded, checked against
@@ -373,6 +299,7 @@ def load(
     started = time.perf_counter()
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    target = _torch.as_device(device)
     coop = cooperative or group is not None
     with TensorFile(uri, rank=rank, world_size=world_size, **opts) as f:
         # Per-rank files and packed objects need no slicing and no sharing:
@@ -390,7 +317,7 @@ def load(
                 else {}
             )
             _check(f, targets, in_file, strict, slices)
-            jobs = _plan(f, targets, in_file, slices)
+            jobs = _plan(f, targets, in_file, slices, target)
         except FastshardError as e:
             if pg is not None:
                 _coop.agree(pg, e)

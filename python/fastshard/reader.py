@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from . import _native, _torch, packed, shard, tp
+from . import _native, _ring, _torch, packed, shard, tp
 from ._nested import restructure
 from .crypt import native_key
 from .errors import (
@@ -64,7 +64,11 @@ class LoadStats:
     bytes_wanted (gap bytes bridged between wanted ranges, e.g. the columns
     of other ranks in a row-parallel slice). ``peak_host_bytes``: most
     memory the load held at once beyond the destinations (record headers,
-    gap scratch, temporaries for casts and device copies, exchange buffers)."""
+    gap scratch, staging slabs for casts and device copies, exchange
+    buffers); with ``max_host_bytes`` it never exceeds that budget.
+    ``bytes_staged``: tensor bytes that went through the staging slabs
+    (destinations on CUDA or of another dtype) rather than straight into
+    their destination."""
 
     bytes_fetched: int = 0
     bytes_wanted: int = 0
@@ -75,6 +79,7 @@ class LoadStats:
     gbps: float = 0.0
     peak_host_bytes: int = 0
     concurrency: int = 0
+    bytes_staged: int = 0
 
     def add(self, other: LoadStats, held: int = 0) -> None:
         """Fold in the stats of one more native call of the same load, made
@@ -83,6 +88,7 @@ class LoadStats:
         self.bytes_wanted += other.bytes_wanted
         self.requests += other.requests
         self.retries += other.retries
+        self.bytes_staged += other.bytes_staged
         self.peak_host_bytes = max(self.peak_host_bytes, other.peak_host_bytes + held)
         self.concurrency = max(self.concurrency, other.concurrency)
 
@@ -406,12 +412,21 @@ class TensorFile:
                 "the splits from the model's shapes",
                 uri=self.uri,
             )
-        tensors = [
-            _torch.empty(
-                tp.sliced_shape(self._infos[i].shape, slices[n] if slices else None),
-                self._infos[i].dtype,
-            )
+        # Each tensor is allocated where and as it is returned; those that
+        # are plain CPU tensors of the file's dtype are filled in place, the
+        # rest (CUDA, cast) go through the staging ring.
+        shapes = [
+            tp.sliced_shape(self._infos[i].shape, slices[n] if slices else None)
             for n, i in enumerate(indices)
+        ]
+        dtypes = [self._infos[i].dtype for i in indices]
+        out = [
+            torch.empty(
+                shape,
+                dtype=cast if cast is not None and _torch.is_castable_float(dt) else dt,
+                device=target,
+            )
+            for shape, dt in zip(shapes, dtypes, strict=True)
         ]
         if slices is not None and (cooperative or group is not None):
             from . import cooperative as coop
@@ -419,20 +434,36 @@ class TensorFile:
             assert world_size is not None
             pg = coop.group_of(group, rank or 0, world_size)
             coop.agree(pg, None)
-            items = [coop.Item(i, sl, t) for i, sl, t in zip(indices, slices, tensors, strict=True)]
+            items = [coop.Item(i, sl, t) for i, sl, t in zip(indices, slices, out, strict=True)]
             stats = coop.load(self, items, rank or 0, world_size, pg)
         else:
-            stats = self.fill(indices, tensors, slices)
-        out: list[torch.Tensor] = []
-        tensors.reverse()
-        while tensors:  # pop, so each loaded tensor is freed once cast or moved
-            t = tensors.pop()
-            if cast is not None and _torch.is_castable_float(t.dtype) and t.dtype != cast:
-                t = t.to(cast)
-            out.append(_torch.to_device(t, target))
+            stats = self._fill_all(indices, slices, shapes, out)
         result = self._build(indices, out)
         self.finish_stats(stats, started)
         return result
+
+    def _fill_all(
+        self,
+        indices: list[int],
+        slices: list[tp.Slice | None] | None,
+        shapes: list[tuple[int, ...]],
+        out: list[torch.Tensor],
+    ) -> LoadStats:
+        direct, staged = [], []
+        for n, (i, t) in enumerate(zip(indices, out, strict=True)):
+            sl = slices[n] if slices else None
+            if t.device.type == "cpu" and t.dtype == self._infos[i].dtype:
+                direct.append((i, sl, t))
+            else:
+                staged.append(_ring.Item(i, sl, shapes[n], t))
+        stats = LoadStats()
+        if direct:
+            stats.add(
+                self.fill([d[0] for d in direct], [d[2] for d in direct], [d[1] for d in direct])
+            )
+        if staged:
+            stats.add(_ring.load(self, staged, self._load_opts.get("max_host_bytes")))
+        return stats
 
     def _build(self, indices: list[int], tensors: list[torch.Tensor]) -> StateDict:
         if not self.nested:

@@ -56,6 +56,16 @@ def as_spec(value: SpecLike) -> ShardSpec:
     if value is None:
         return REPLICATED
     if isinstance(value, ShardSpec):
+        parts = value.parts
+        if parts is not None and (
+            not isinstance(parts, (tuple, list))
+            or not all(isinstance(p, int) and not isinstance(p, bool) for p in parts)
+        ):
+            raise InvalidArgumentError(
+                f"ShardSpec.parts is the sizes of a fused tensor's parts along dim "
+                f"(a tuple of ints, e.g. (q, k, v) rows), not {parts!r}; the number of "
+                "ranks comes from world_size"
+            )
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return ShardSpec(dim=value)

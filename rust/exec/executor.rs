@@ -72,12 +72,15 @@ pub fn execute(
     for part in &plan.parts {
         let need = source.staging_bytes(part);
         if let Some(cap) = budget_cap.filter(|&cap| budget_units(need) > cap) {
-            return Err(Error::invalid(format!(
-                "a read of {} bytes needs {need} bytes of staging memory, more than the \
-                 budget of {} bytes; raise max_host_bytes",
-                part.len(),
-                cap * BUDGET_UNIT
-            ))
+            return Err(Error::new(
+                ErrorKind::Budget,
+                format!(
+                    "a read of {} bytes needs {need} bytes of staging memory, more than the \
+                     budget of {} bytes; raise max_host_bytes",
+                    part.len(),
+                    cap * BUDGET_UNIT
+                ),
+            )
             .with_range(part.start..part.end)
             .with_uri(uri));
         }
@@ -281,7 +284,7 @@ mod tests {
             staging_budget: Some(64 * 1024),
         };
         let err = execute(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert_eq!(err.kind(), ErrorKind::Budget);
         assert!(err.to_string().contains("max_host_bytes"), "{err}");
         assert_eq!(src.finished.load(Ordering::SeqCst), 0);
     }

@@ -19,6 +19,7 @@ fn class_name(kind: ErrorKind) -> &'static str {
         ErrorKind::Changed => "ObjectChangedError",
         ErrorKind::ShardMismatch => "ShardMismatchError",
         ErrorKind::InvalidArgument => "InvalidArgumentError",
+        ErrorKind::Budget => "BudgetError",
         ErrorKind::Unsupported => "UnsupportedError",
         ErrorKind::Cancelled => "FastshardError",
     }

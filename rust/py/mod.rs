@@ -7,6 +7,7 @@ mod gil;
 mod objects;
 mod options;
 mod reader;
+mod slab;
 mod writer;
 
 use pyo3::prelude::*;
@@ -16,6 +17,7 @@ use crate::format::Dtype;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reader::Reader>()?;
+    m.add_class::<slab::Slab>()?;
     m.add_function(wrap_pyfunction!(writer::write_file, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_itemsize, m)?)?;
     m.add_function(wrap_pyfunction!(objects::read_object, m)?)?;
