@@ -215,7 +215,10 @@ def test_slicing_errors_are_typed_and_early(tmp_path: Path) -> None:
     # parts= is the fused sizes, not a rank count (that comes from world_size).
     with pytest.raises(fastshard.InvalidArgumentError, match="fused"):
         fastshard.load_state_dict(
-            path, rank=0, world_size=2, shard_specs={"o.weight": ShardSpec(0, parts=2)}  # type: ignore[arg-type]
+            path,
+            rank=0,
+            world_size=2,
+            shard_specs={"o.weight": ShardSpec(0, parts=2)},  # type: ignore[arg-type]
         )
     # A dim that does not split evenly.
     with pytest.raises(fastshard.InvalidArgumentError, match="split evenly"):
