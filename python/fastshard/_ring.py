@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from .reader import LoadStats, TensorFile
 
 MiB = 1 << 20
-RING_BYTES = 512 * MiB  # the ring's size when no max_host_bytes is given
-MAX_SLAB = 128 * MiB  # bigger slabs stop paying back: per-fill costs are ~1 ms
+RING_BYTES = 256 * MiB  # the ring's size when no max_host_bytes is given
+MAX_SLAB = 64 * MiB  # bigger slabs stop paying back: a fill's fixed cost is ~1 ms
 DEPTH = 4  # slabs: FILLS being filled, the rest being copied
 FILLS = 2  # native loads in flight, so one's tail overlaps the next's start
 ALIGN = 512  # of pieces in a slab: any dtype view, and DMA-friendly
@@ -137,10 +137,11 @@ def unit_bytes(item: Item, dtype: torch.dtype, whole_only: bool) -> int:
 def size(budget: int | None, units: Sequence[int], total: int) -> Sizing:
     """Slabs for a load: half of ``budget`` (the native loads get the other
     half), ``DEPTH`` slabs when a slab still holds the largest unit, fewer
-    (down to one) when it must grow; a ring no bigger than the load needs."""
+    (down to one) when it must grow; a ring no bigger than the load (fresh
+    memory costs page faults on first touch)."""
     biggest = _aligned(max(units, default=0)) or ALIGN
     ring = RING_BYTES if budget is None else budget // 2
-    slab = min(MAX_SLAB, ring // DEPTH, _aligned(total) or ALIGN)
+    slab = min(MAX_SLAB, ring // DEPTH, _aligned(-(-total // DEPTH)))
     slab = max(slab // ALIGN * ALIGN, biggest)
     depth = min(DEPTH, ring // slab)
     if budget is None:
