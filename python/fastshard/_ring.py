@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 MiB = 1 << 20
 RING_BYTES = 256 * MiB  # the ring's size when no max_host_bytes is given
 MAX_SLAB = 64 * MiB  # bigger slabs stop paying back: a fill's fixed cost is ~1 ms
+MIN_SLAB = 16 * MiB  # a small budget gets fewer, larger slabs rather than tiny fills
 DEPTH = 4  # slabs: FILLS being filled, the rest being copied
 FILLS = 2  # native loads in flight, so one's tail overlaps the next's start
 ALIGN = 512  # of pieces in a slab: any dtype view, and DMA-friendly
@@ -141,9 +142,10 @@ def size(budget: int | None, units: Sequence[int], total: int) -> Sizing:
     memory costs page faults on first touch)."""
     biggest = _aligned(max(units, default=0)) or ALIGN
     ring = RING_BYTES if budget is None else budget // 2
-    slab = min(MAX_SLAB, ring // DEPTH, _aligned(-(-total // DEPTH)))
+    depth = max(2, min(DEPTH, ring // MIN_SLAB))
+    slab = min(MAX_SLAB, ring // depth, _aligned(-(-total // depth)))
     slab = max(slab // ALIGN * ALIGN, biggest)
-    depth = min(DEPTH, ring // slab)
+    depth = min(depth, ring // slab)
     if budget is None:
         depth = max(2, depth)  # no budget: a huge unit gets two slabs, not four
     if depth < 1:
@@ -250,33 +252,44 @@ def run(
     copying: deque[tuple[int, Ticket]] = deque()
     filling: deque[tuple[Batch, int, Future[LoadStats]]] = deque()
     todo: Iterator[Batch] = iter(work)
+    upcoming: list[Batch | None] = [next(todo, None)]
     pool = ThreadPoolExecutor(max_workers=max(1, fills), thread_name_prefix="fastshard-fill")
+
+    def start() -> None:
+        """Start fills while a slab is free and fewer than ``fills`` run."""
+        while copying and copying[0][1].done():
+            free.append(copying.popleft()[0])
+        while upcoming[0] is not None and free and len(filling) < fills:
+            # Most recently freed first: its pages are faulted in and warm
+            # in cache, and slabs a load never needs are never touched.
+            slab = free.pop()
+            filling.append((upcoming[0], slab, pool.submit(fill, upcoming[0], slabs[slab])))
+            stats.slabs_peak = max(stats.slabs_peak, len(slabs) - len(free))
+            upcoming[0] = next(todo, None)
+
     try:
-        nxt = next(todo, None)
-        while nxt is not None or filling:
-            while copying and copying[0][1].done():
-                free.append(copying.popleft()[0])
-            if nxt is not None and not free and not filling:
-                slab, ticket = copying.popleft()  # backpressure: wait for the oldest copy
-                ticket.wait()
-                free.append(slab)
-            while nxt is not None and free and len(filling) < fills:
-                slab = free.popleft()
-                filling.append((nxt, slab, pool.submit(fill, nxt, slabs[slab])))
-                stats.slabs_peak = max(stats.slabs_peak, len(slabs) - len(free))
-                nxt = next(todo, None)
+        start()
+        while filling:
             batch, slab, fut = filling.popleft()
             try:
                 loaded = fut.result()
             except BaseException:
                 free.append(slab)
                 raise
+            start()  # the next fill runs while this batch is copied
             stats.loads.append(loaded)
             stats.native_peak = max(stats.native_peak, loaded.peak_host_bytes)
             for offset, piece in batch:
                 copier.copy(view(slabs[slab], offset, piece), piece.dest)
                 stats.bytes_staged += piece.nbytes
             copying.append((slab, copier.ticket()))
+            start()
+            if upcoming[0] is not None and not filling:
+                # Backpressure: every slab holds a batch still being copied.
+                slab, ticket = copying.popleft()
+                ticket.wait()
+                free.append(slab)
+                start()
     finally:
         # Running fills write into slabs and copies read them: all must end
         # before the slabs can be unpinned and freed, error or not.
