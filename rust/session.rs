@@ -33,6 +33,8 @@ pub struct LoadOptions {
     pub max_host_bytes: Option<u64>,
     /// Required for encrypted files, refused for others.
     pub decryption: Option<Arc<Decryptor>>,
+    /// Bytes landed so far, added as parts complete (see `ExecOptions`).
+    pub progress: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -253,6 +255,7 @@ impl TensorFile {
             ExecOptions {
                 concurrency,
                 staging_budget,
+                progress: opts.progress.clone(),
             },
             cancel,
         )?;

@@ -92,6 +92,14 @@ class Slab:
     def __buffer__(self, flags: int, /) -> memoryview: ...
     def __release_buffer__(self, buffer: memoryview, /) -> None: ...
 
+class Progress:
+    """Bytes landed in destinations so far, added by the native loads it is
+    passed to as their reads complete; read from any thread."""
+
+    def __init__(self) -> None: ...
+    @property
+    def value(self) -> int: ...
+
 class Reader:
     """An opened tensorizer file: header and index fetched and validated.
 
@@ -123,6 +131,7 @@ class Reader:
         part_size_bytes: int | None = None,
         max_host_bytes: int | None = None,
         encryption: EncryptionTuple | None = None,
+        progress: Progress | None = None,
     ) -> dict[str, float]:
         """Fill ``buffers[i]`` with the bytes of tensor ``indices[i]``, or
         with its slice ``slices[i] = (dim, [(start, length), ...])`` (the

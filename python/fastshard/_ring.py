@@ -14,6 +14,7 @@ code; only the ``Copier`` differs.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -115,6 +116,7 @@ class Sizing:
 class RingStats:
     bytes_staged: int = 0
     slabs_peak: int = 0  # most slabs holding data at once
+    copy_seconds: float = 0.0  # the calling thread copying and waiting for copies
     native_peak: int = 0  # largest native peak_host_bytes of one fill
     loads: list[LoadStats] = field(default_factory=list)
 
@@ -279,16 +281,20 @@ def run(
             start()  # the next fill runs while this batch is copied
             stats.loads.append(loaded)
             stats.native_peak = max(stats.native_peak, loaded.peak_host_bytes)
+            began = time.perf_counter()
             for offset, piece in batch:
                 copier.copy(view(slabs[slab], offset, piece), piece.dest)
                 stats.bytes_staged += piece.nbytes
             copying.append((slab, copier.ticket()))
+            stats.copy_seconds += time.perf_counter() - began
             start()
             if upcoming[0] is not None and not filling:
                 # Backpressure: every slab holds a batch still being copied.
+                began = time.perf_counter()
                 slab, ticket = copying.popleft()
                 ticket.wait()
                 free.append(slab)
+                stats.copy_seconds += time.perf_counter() - began
                 start()
     finally:
         # Running fills write into slabs and copies read them: all must end
@@ -296,9 +302,11 @@ def run(
         for _, _, fut in filling:
             fut.exception()
         pool.shutdown(wait=True)
+        began = time.perf_counter()
         while copying:
             copying.popleft()[1].wait()
         copier.finish()
+        stats.copy_seconds += time.perf_counter() - began
     return stats
 
 
@@ -336,6 +344,7 @@ def load(
     for part in ring.loads:
         out.add(part)
     out.bytes_staged = ring.bytes_staged
+    out.copy_seconds = ring.copy_seconds
     # The pool's peak plus the native loads that can run beside it.
     out.peak_host_bytes = ring.slabs_peak * sizing.slab_bytes + sizing.fills * ring.native_peak
     return out

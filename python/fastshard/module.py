@@ -323,14 +323,16 @@ def load(
                 _coop.agree(pg, e)
             raise
         budget = f._load_opts.get("max_host_bytes")
-        if pg is not None:
-            _coop.agree(pg, None)
-            items = [
-                _coop.Item(j.index, j.slice, j.copy_into if j.copy_into is not None else j.dest)
-                for j in jobs
-            ]
-            stats = _coop.load(f, items, rank or 0, world_size or 1, pg)
-        else:
-            stats = _fill(f, jobs, budget)
+        total = sum(_torch.nbytes(j.shape, f.info_at(j.index).dtype) for j in jobs)
+        with f.loading(total):
+            if pg is not None:
+                _coop.agree(pg, None)
+                items = [
+                    _coop.Item(j.index, j.slice, j.copy_into if j.copy_into is not None else j.dest)
+                    for j in jobs
+                ]
+                stats = _coop.load(f, items, rank or 0, world_size or 1, pg)
+            else:
+                stats = _fill(f, jobs, budget)
         _apply(jobs)
         return f.finish_stats(stats, started)

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import torch
 
-from . import _native, _ring, _torch, packed, shard, tp
+from . import _native, _progress, _ring, _torch, packed, shard, tp
 from ._nested import restructure
 from .crypt import native_key
 from .errors import (
     InvalidArgumentError,
     NotFoundError,
     ShardMismatchError,
-    UnsupportedError,
 )
 
 PathPart = str | int
@@ -34,9 +34,8 @@ _LOAD_OPTS = frozenset(
 # The native layer owns the list, so the two can never disagree.
 SOURCE_OPTS = frozenset(_native.SOURCE_OPTIONS)
 _PATH_OPTS = frozenset({"s3_config_path", "ca_bundle"})
-# Part of the public contract but implemented by later work; refusing them
-# beats silently ignoring e.g. an encryption key.
-LATER_OPTS = frozenset({"progress"})
+# Options of the load that stay in Python (the native load never sees them).
+_PY_LOAD_OPTS = frozenset({"progress"})
 
 
 @dataclass(frozen=True)
@@ -68,7 +67,12 @@ class LoadStats:
     buffers); with ``max_host_bytes`` it never exceeds that budget.
     ``bytes_staged``: tensor bytes that went through the staging slabs
     (destinations on CUDA or of another dtype) rather than straight into
-    their destination."""
+    their destination. Phases: ``discovery_seconds`` (the open: header and
+    index), ``plan_seconds`` (matching names, slicing, allocating, until
+    the first read), ``fetch_seconds`` (time in native loads) and
+    ``copy_seconds`` (the calling thread copying or casting staged bytes
+    and waiting for device copies). The staging ring fetches while it
+    copies, so the phases can add up to more than ``seconds``."""
 
     bytes_fetched: int = 0
     bytes_wanted: int = 0
@@ -80,6 +84,10 @@ class LoadStats:
     peak_host_bytes: int = 0
     concurrency: int = 0
     bytes_staged: int = 0
+    discovery_seconds: float = 0.0
+    plan_seconds: float = 0.0
+    fetch_seconds: float = 0.0
+    copy_seconds: float = 0.0
 
     def add(self, other: LoadStats, held: int = 0) -> None:
         """Fold in the stats of one more native call of the same load, made
@@ -89,6 +97,8 @@ class LoadStats:
         self.requests += other.requests
         self.retries += other.retries
         self.bytes_staged += other.bytes_staged
+        self.fetch_seconds += other.fetch_seconds
+        self.copy_seconds += other.copy_seconds
         self.peak_host_bytes = max(self.peak_host_bytes, other.peak_host_bytes + held)
         self.concurrency = max(self.concurrency, other.concurrency)
 
@@ -151,10 +161,8 @@ def split_options(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]
     for key, value in opts.items():
         if key in _LOAD_OPTS:
             load_opts[key] = value
-        elif key in SOURCE_OPTS:
+        elif key in SOURCE_OPTS or key in _PY_LOAD_OPTS:
             pass
-        elif key in LATER_OPTS:
-            raise UnsupportedError(f"option {key!r} is not supported yet by this build")
         else:
             raise InvalidArgumentError(f"unknown option {key!r}")
     if "verify_hash" in load_opts:
@@ -177,7 +185,12 @@ class TensorFile:
         verify_manifest_hashes: bool = False,
         **opts: Any,
     ) -> None:
+        opened_at = time.perf_counter()
         source_opts, self._load_opts = split_options(opts)
+        self._progress_opt = opts.get("progress")
+        _progress.wanted(self._progress_opt, 0)  # a bad value fails now, not after the open
+        self._counter: _native.Progress | None = None
+        self._first_fill: float | None = None
         # A template or directory becomes this rank's file, checked against
         # the manifest before the native open (shard.py).
         self.opened = shard.resolve(
@@ -234,6 +247,7 @@ class TensorFile:
         for name in ambiguous:
             self._by_name[name] = -1
         self.nested = any(info.path is not None for info in self._infos)
+        self.discovery_seconds = time.perf_counter() - opened_at
 
     # -- context manager ---------------------------------------------------
     def __enter__(self) -> TensorFile:
@@ -314,23 +328,45 @@ class TensorFile:
         opts = {**self._load_opts, **overrides}
         if slices is not None and any(s is not None for s in slices):
             opts["slices"] = list(slices)
+        if self._counter is not None:
+            opts["progress"] = self._counter
+        if self._first_fill is None:
+            self._first_fill = time.perf_counter()
         raw = reader.load(native, buffers, **opts)
+        seconds = float(raw.get("seconds", 0.0))
         return LoadStats(
             bytes_fetched=int(raw.get("bytes_fetched", 0)),
             bytes_wanted=int(raw.get("bytes_wanted", 0)),
             requests=int(raw.get("requests", 0)),
             retries=int(raw.get("retries", 0)),
-            seconds=float(raw.get("seconds", 0.0)),
+            seconds=seconds,
             peak_host_bytes=int(raw.get("peak_host_bytes", 0)),
             concurrency=int(raw.get("concurrency", 0)),
+            fetch_seconds=seconds,
         )
+
+    @contextmanager
+    def loading(self, total: int) -> Iterator[None]:
+        """One load of ``total`` tensor bytes: its progress bar (per the
+        ``progress`` option) follows every native load made inside."""
+        self._first_fill = None
+        with _progress.Bar(self.uri, total, self._progress_opt) as bar:
+            self._counter = bar.counter
+            try:
+                yield
+            finally:
+                self._counter = None
 
     def finish_stats(self, stats: LoadStats, started: float) -> LoadStats:
         stats.seconds = time.perf_counter() - started
         stats.gbps = stats.bytes_fetched / stats.seconds / 1e9 if stats.seconds > 0 else 0.0
         if stats.bytes_wanted:
             stats.read_amplification = stats.bytes_fetched / stats.bytes_wanted
+        stats.discovery_seconds = self.discovery_seconds
+        if self._first_fill is not None:
+            stats.plan_seconds = max(0.0, self._first_fill - started)
         self.stats = stats
+        _progress.report(self.uri, stats)
         return stats
 
     def load_state_dict(
@@ -428,16 +464,18 @@ class TensorFile:
             )
             for shape, dt in zip(shapes, dtypes, strict=True)
         ]
-        if slices is not None and (cooperative or group is not None):
-            from . import cooperative as coop
+        total = sum(_torch.nbytes(sh, dt) for sh, dt in zip(shapes, dtypes, strict=True))
+        with self.loading(total):
+            if slices is not None and (cooperative or group is not None):
+                from . import cooperative as coop
 
-            assert world_size is not None
-            pg = coop.group_of(group, rank or 0, world_size)
-            coop.agree(pg, None)
-            items = [coop.Item(i, sl, t) for i, sl, t in zip(indices, slices, out, strict=True)]
-            stats = coop.load(self, items, rank or 0, world_size, pg)
-        else:
-            stats = self._fill_all(indices, slices, shapes, out)
+                assert world_size is not None
+                pg = coop.group_of(group, rank or 0, world_size)
+                coop.agree(pg, None)
+                items = [coop.Item(i, sl, t) for i, sl, t in zip(indices, slices, out, strict=True)]
+                stats = coop.load(self, items, rank or 0, world_size, pg)
+            else:
+                stats = self._fill_all(indices, slices, shapes, out)
         result = self._build(indices, out)
         self.finish_stats(stats, started)
         return result

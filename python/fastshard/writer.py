@@ -12,7 +12,7 @@ import torch
 from . import _native, _torch, packed, shard
 from .crypt import native_key
 from .errors import InvalidArgumentError, UnsupportedError
-from .reader import LATER_OPTS, SOURCE_OPTS, source_options
+from .reader import SOURCE_OPTS, source_options
 
 PathPart = str | int
 _Spec = tuple[str | list[PathPart], int, int, torch.Tensor]  # name, type, module idx
@@ -102,8 +102,8 @@ def _native_opts(opts: dict[str, Any]) -> dict[str, Any]:
     opts = dict(opts)
     encryption = native_key(opts.pop("encryption", None))
     for key in opts:
-        if key in LATER_OPTS:
-            raise UnsupportedError(f"option {key!r} is not supported yet by this build")
+        if key == "progress":
+            raise UnsupportedError("save shows no progress bar yet: progress is a load option")
         if key not in SOURCE_OPTS:
             raise InvalidArgumentError(f"unknown option {key!r} for save")
     out = source_options(opts)

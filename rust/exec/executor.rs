@@ -14,13 +14,16 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::io::{PartStats, RangeSource};
 use crate::plan::ReadPlan;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ExecOptions {
     pub concurrency: usize,
     /// Bytes of staging memory (see `RangeSource::staging_bytes`) the parts
     /// in flight may hold together; a part waits for room instead of
     /// allocating past it. None: bounded by `concurrency` alone.
     pub staging_budget: Option<u64>,
+    /// Wanted bytes (segments) of every part that completed are added here,
+    /// for a progress bar that polls it from another thread.
+    pub progress: Option<Arc<AtomicU64>>,
 }
 
 impl ExecOptions {
@@ -28,6 +31,7 @@ impl ExecOptions {
         ExecOptions {
             concurrency,
             staging_budget: None,
+            progress: None,
         }
     }
 }
@@ -166,9 +170,14 @@ pub fn execute(
             let now = staged.fetch_add(need, Ordering::SeqCst) + need;
             peak.fetch_max(now, Ordering::SeqCst);
             let held = Arc::clone(&staged);
+            let wanted: u64 = part.segments.iter().map(|s| s.len).sum();
+            let progress = opts.progress.clone();
             let fut = Arc::clone(&source).read_part(part, Arc::clone(&dest), stop.clone());
             tasks.spawn(async move {
                 let out = fut.await;
+                if let (Some(p), Ok(_)) = (&progress, &out) {
+                    p.fetch_add(wanted, Ordering::Relaxed);
+                }
                 held.fetch_sub(need, Ordering::SeqCst);
                 drop(room);
                 drop(permit);
@@ -255,9 +264,11 @@ mod tests {
         let mut out = vec![0u8; bytes.len()];
         // SAFETY: `out` outlives `execute` and is untouched meanwhile.
         let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
+        let progress = Arc::new(AtomicU64::new(0));
         let opts = ExecOptions {
             concurrency: 8,
             staging_budget: Some(25_000),
+            progress: Some(Arc::clone(&progress)),
         };
         let stats = execute(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap();
         assert_eq!(out, bytes);
@@ -266,6 +277,8 @@ mod tests {
         assert!((1..=2).contains(&max), "max in flight {max}");
         assert!(stats.peak_staging <= 20_000, "{}", stats.peak_staging);
         assert!(stats.peak_staging >= 10_000);
+        // Every wanted byte counted once, gap bytes not at all.
+        assert_eq!(progress.load(Ordering::SeqCst), out.len() as u64);
     }
 
     #[test]
@@ -282,6 +295,7 @@ mod tests {
         let opts = ExecOptions {
             concurrency: 8,
             staging_budget: Some(64 * 1024),
+            progress: None,
         };
         let err = execute(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Budget);

@@ -6,6 +6,7 @@ mod errors;
 mod gil;
 mod objects;
 mod options;
+mod progress;
 mod reader;
 mod slab;
 mod writer;
@@ -18,6 +19,7 @@ use crate::format::Dtype;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reader::Reader>()?;
     m.add_class::<slab::Slab>()?;
+    m.add_class::<progress::Progress>()?;
     m.add_function(wrap_pyfunction!(writer::write_file, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_itemsize, m)?)?;
     m.add_function(wrap_pyfunction!(objects::read_object, m)?)?;

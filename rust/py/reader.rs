@@ -96,7 +96,7 @@ impl Reader {
         Ok(list)
     }
 
-    #[pyo3(signature = (indices, buffers, *, slices=None, verify_hash=false, concurrency=None, part_size_bytes=None, max_host_bytes=None, encryption=None))]
+    #[pyo3(signature = (indices, buffers, *, slices=None, verify_hash=false, concurrency=None, part_size_bytes=None, max_host_bytes=None, encryption=None, progress=None))]
     #[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
     fn load<'py>(
         &self,
@@ -109,6 +109,7 @@ impl Reader {
         part_size_bytes: Option<u64>,
         max_host_bytes: Option<u64>,
         encryption: Option<Bound<'py, PyAny>>,
+        progress: Option<PyRef<'py, super::progress::Progress>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         // One Decryptor per load: a passphrase is derived once, not per tensor.
         let decryption = super::crypt::parse(encryption.as_ref())?
@@ -131,6 +132,7 @@ impl Reader {
             part_size: part_size_bytes,
             max_host_bytes,
             decryption,
+            progress: progress.map(|p| p.counter()),
         };
         let cancel = CancelToken::new();
         let file = &self.file;
