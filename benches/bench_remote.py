@@ -718,9 +718,8 @@ def _on_sigterm(signum: int, frame: object) -> None:
 
 @contextlib.contextmanager
 def running_servers(root: Path) -> Iterator[tuple[Any, Any]]:
-    """SeaweedFS and nginx from tests/servers.py; both stopped by PID on the way out."""
-    sys.path.insert(0, str(REPO / "tests"))
-    import servers
+    """SeaweedFS and nginx from fastshard.bench.servers; both stopped by PID on the way out."""
+    from fastshard.bench import servers
 
     weed, nginx = _which("weed"), _which("nginx")
     if not weed or not nginx:

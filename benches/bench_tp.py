@@ -37,10 +37,10 @@ import torch
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benches"))
-sys.path.insert(0, str(REPO / "tests"))
 
-import servers  # noqa: E402
 from workloads import SCRATCH, GiB, digest, model_like_state_dict, total_bytes  # noqa: E402
+
+from fastshard.bench import servers  # noqa: E402
 
 ROW_PARALLEL = ("o_proj.weight", "down_proj.weight")
 

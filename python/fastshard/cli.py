@@ -1,4 +1,4 @@
-"""``fastshard inspect`` and ``fastshard verify``.
+"""``fastshard inspect``, ``fastshard verify`` and ``fastshard bench``.
 
 Uses the native reader directly (no torch import): inspecting or verifying a
 file should start in milliseconds and work where torch is not installed.
@@ -10,10 +10,11 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import _native, packed
+from . import _native, _progress, bench, packed
 from .errors import FastshardError, FormatError, IntegrityError
 
 # verify reuses one buffer of this size, so memory stays bounded whatever the
@@ -59,7 +60,9 @@ def _human(n: float) -> str:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
     reader = _native.Reader(args.uri)
+    opened = time.perf_counter() - started
     tensors = _entries(reader)
     summary = {
         "uri": reader.uri,
@@ -94,6 +97,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4])
+    print(
+        f"{len(tensors)} tensors, {_human(summary['tensor_bytes'])}; header and index: "
+        f"{reader.discovery_bytes} bytes read in {opened:.3f} s"
+    )
     return EXIT_OK
 
 
@@ -110,7 +117,13 @@ def _batches(sizes: list[int], limit: int) -> Iterator[list[int]]:
         yield batch
 
 
-def _verify(reader: _native.Reader, indices: list[int], sizes: list[int], pool: bytearray) -> None:
+def _verify(
+    reader: _native.Reader,
+    indices: list[int],
+    sizes: list[int],
+    pool: bytearray,
+    progress: _native.Progress | None = None,
+) -> None:
     need = sum(sizes[i] for i in indices)
     mem = memoryview(pool if need <= len(pool) else bytearray(need))
     views = []
@@ -118,46 +131,61 @@ def _verify(reader: _native.Reader, indices: list[int], sizes: list[int], pool: 
     for i in indices:
         views.append(mem[pos : pos + sizes[i]])
         pos += sizes[i]
-    reader.load(indices, views, verify_hash=True)
+    reader.load(indices, views, verify_hash=True, progress=progress)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
     reader = _native.Reader(args.uri)
     entries = reader.entries()
     sizes = [_nbytes(e[3], e[4]) for e in entries]
     pool = bytearray(min(args.batch_bytes, sum(sizes)))
     bad: list[IntegrityError] = []
-    for batch in _batches(sizes, args.batch_bytes):
-        try:
-            _verify(reader, batch, sizes, pool)
-        except IntegrityError as err:
-            # A batch stops at its first mismatch; recheck its tensors one by
-            # one so every bad tensor is reported.
-            if len(batch) == 1:
-                bad.append(err)
-                continue
-            for i in batch:
-                try:
-                    _verify(reader, [i], sizes, pool)
-                except IntegrityError as one:
-                    bad.append(one)
+    show = True if args.progress else None
+    with _progress.Bar(reader.uri, sum(sizes), show) as bar:
+        for batch in _batches(sizes, args.batch_bytes):
+            try:
+                _verify(reader, batch, sizes, pool, bar.counter)
+            except IntegrityError as err:
+                # A batch stops at its first mismatch; recheck its tensors
+                # one by one so every bad tensor is reported.
+                if len(batch) == 1:
+                    bad.append(err)
+                    continue
+                for i in batch:
+                    try:
+                        _verify(reader, [i], sizes, pool)
+                    except IntegrityError as one:
+                        bad.append(one)
+    seconds = time.perf_counter() - started
     for err in bad:
         print(f"MISMATCH {err}", file=sys.stderr)
     if bad:
         print(f"{reader.uri}: {len(bad)} of {len(entries)} tensors failed verification")
         return EXIT_MISMATCH
-    print(f"OK {reader.uri}: {len(entries)} tensors, {sum(sizes)} bytes, hashes match")
+    rate = sum(sizes) / seconds / 1e9 if seconds > 0 else 0.0
+    print(
+        f"OK {reader.uri}: {len(entries)} tensors, {sum(sizes)} bytes, hashes match "
+        f"({seconds:.2f} s, {rate:.2f} GB/s)"
+    )
     return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fastshard", description="Inspect and verify tensorizer .tensors files."
+        prog="fastshard",
+        description="Inspect, verify and benchmark tensorizer .tensors files.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="list the tensors in a file")
     p.add_argument("uri")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="accepted for symmetry with verify: inspect reads only the header and index, "
+        "and its last line says how many bytes that took and how long",
+    )
     p.set_defaults(func=cmd_inspect)
     p = sub.add_parser("verify", help="check every tensor's CRC32 and SHA-256")
     p.add_argument("uri")
@@ -167,7 +195,17 @@ def build_parser() -> argparse.ArgumentParser:
         default=VERIFY_BATCH_BYTES,
         help="bytes of tensors read per batch (bounds memory; default 256 MiB)",
     )
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="show a progress bar (default: only on a terminal, for files of 1 GiB or more)",
+    )
     p.set_defaults(func=cmd_verify)
+    p = sub.add_parser(
+        "bench", help="benchmark fastshard against the raw ceiling and the other loaders"
+    )
+    bench.build_parser(p)
+    p.set_defaults(func=bench.run_args)
     return parser
 
 
