@@ -49,7 +49,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -86,18 +85,6 @@ def _usage_since(before: tuple[float, float, int]) -> dict:
     return {"cpu_seconds": user + system, "cpu_sys_seconds": system, "minor_faults": faults}
 
 
-def _split(size: int, n: int) -> list[tuple[int, int]]:
-    """``n`` contiguous [start, end) ranges covering ``size`` bytes, as equal as possible."""
-    n = max(1, min(n, size))
-    step, extra = divmod(size, n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + step + (1 if i < extra else 0)
-        out.append((start, end))
-        start = end
-    return out
-
-
 def _raw_python(url: str, size: int, streams: int, fresh: bool = False) -> dict:
     """``streams`` threads, one ranged GET each, ``readinto`` one buffer.
 
@@ -105,54 +92,29 @@ def _raw_python(url: str, size: int, streams: int, fresh: bool = False) -> dict:
     its pages are already faulted in: the ceiling of the transfer alone. With ``fresh``
     it is an untouched anonymous mapping made on the clock, so the page faults of fresh
     memory count, as they do for a loader that returns new tensors."""
-    import http.client
     import mmap
-    import threading
 
-    parts = urlsplit(url)
-    target = parts.path + (f"?{parts.query}" if parts.query else "")
-    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    from fastshard.bench.child import parallel_get, split
+
     buf: bytearray | mmap.mmap | None = None if fresh else bytearray(size)
-    errors: list[BaseException] = []
-
-    def fetch(start: int, end: int) -> None:
-        try:
-            conn = http.client.HTTPConnection(host, port, timeout=120)
-            conn.request("GET", target, headers={"Range": f"bytes={start}-{end - 1}"})
-            resp = conn.getresponse()
-            if resp.status != 206:
-                raise RuntimeError(f"GET {start}-{end - 1}: HTTP {resp.status} {resp.read(300)!r}")
-            pos = start
-            while pos < end:
-                n = resp.readinto(view[pos:end])
-                if not n:
-                    raise RuntimeError(f"short body at {pos} of {start}-{end - 1}")
-                pos += n
-            conn.close()
-        except BaseException as e:  # noqa: BLE001 (reported by the main thread)
-            errors.append(e)
 
     before = _usage()
     start = time.perf_counter()
     if buf is None:
         buf = mmap.mmap(-1, size)
-    view = memoryview(buf)
-    threads = [threading.Thread(target=fetch, args=r) for r in _split(size, streams)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    ranges = split(size, streams)
+    parallel_get(url, memoryview(buf), ranges)
     seconds = time.perf_counter() - start
     usage = _usage_since(before)
-    if errors:
-        raise errors[0]
-    return {"seconds": seconds, "bytes": size, "requests": len(threads), **usage}
+    return {"seconds": seconds, "bytes": size, "requests": len(ranges), **usage}
 
 
 def _raw_curl(url: str, size: int, streams: int) -> dict:
     """``streams`` curl processes, one ranged GET each, into /dev/null."""
     fmt = "%{http_code} %{size_download}"
-    ranges = _split(size, streams)
+    from fastshard.bench.child import split
+
+    ranges = split(size, streams)
     before = _usage()
     start = time.perf_counter()
     procs = [

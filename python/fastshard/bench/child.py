@@ -30,7 +30,8 @@ def _status_bytes(field: str) -> int:
     return 0
 
 
-def _split(size: int, n: int) -> list[tuple[int, int]]:
+def split(size: int, n: int) -> list[tuple[int, int]]:
+    """``n`` contiguous [start, end) ranges covering ``size`` bytes, as equal as possible."""
     n = max(1, min(n, size))
     step, extra = divmod(size, n)
     out, start = [], 0
@@ -41,18 +42,15 @@ def _split(size: int, n: int) -> list[tuple[int, int]]:
     return out
 
 
-def _ceiling_remote(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """``streams`` threads, one ranged GET each, ``readinto`` one
-    pre-faulted buffer: the transfer alone, no tensors, no page faults."""
+def parallel_get(url: str, view: memoryview, ranges: list[tuple[int, int]]) -> None:
+    """One thread per range, each one ranged GET ``readinto`` its part of
+    ``view`` (object offsets = view offsets)."""
     import http.client
 
-    url, size = spec["url"], spec["size"]
     parts = urlsplit(url)
     target = parts.path + (f"?{parts.query}" if parts.query else "")
     https = parts.scheme == "https"
     conn_cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
-    buf = spec["_buf"]
-    view = memoryview(buf)
     errors: list[BaseException] = []
 
     def fetch(start: int, end: int) -> None:
@@ -72,7 +70,6 @@ def _ceiling_remote(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         except BaseException as e:  # noqa: BLE001 (raised below, in the main thread)
             errors.append(e)
 
-    ranges = _split(size, spec.get("streams", 16))
     threads = [threading.Thread(target=fetch, args=r) for r in ranges]
     for t in threads:
         t.start()
@@ -80,7 +77,15 @@ def _ceiling_remote(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         t.join()
     if errors:
         raise errors[0]
-    return buf, {"requests": len(ranges), "bytes_fetched": size}
+
+
+def _ceiling_remote(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """``streams`` ranged GETs into one pre-faulted buffer: the transfer
+    alone, no tensors, no page faults."""
+    buf = spec["_buf"]
+    ranges = split(spec["size"], spec.get("streams", 16))
+    parallel_get(spec["url"], memoryview(buf), ranges)
+    return buf, {"requests": len(ranges), "bytes_fetched": spec["size"]}
 
 
 def _ceiling_file(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:

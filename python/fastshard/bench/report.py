@@ -45,8 +45,9 @@ def table(recs: list[dict[str, Any]]) -> str:
     """Markdown: per source, each loader's GB/s and its ratio to the
     ceiling; then fastshard's ratio to each peer."""
     lines = [
-        "| source | loader | GB/s median (min–max) | × ceiling | peak RSS MiB | fetched MiB | ok |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| source | loader | GB/s median (min–max) | × ceiling | peak RSS MiB | staging MiB "
+        "| fetched MiB | ok |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     ratios: list[str] = []
     for source in sorted({r["source"] for r in recs}):
@@ -58,7 +59,8 @@ def table(recs: list[dict[str, Any]]) -> str:
             lines.append(
                 f"| {source} | {r['loader']} | {r['gbps_median']:.2f} "
                 f"({r['gbps_min']:.2f}–{r['gbps_max']:.2f}) | {vs} | "
-                f"{r['peak_rss_bytes'] / 2**20:.0f} | {r['bytes_fetched'] / 2**20:.0f} | "
+                f"{r['peak_rss_bytes'] / 2**20:.0f} | "
+                f"{r['staging_peak_bytes'] / 2**20:.0f} | {r['bytes_fetched'] / 2**20:.0f} | "
                 f"{'yes' if r['verified'] else 'NO'} |"
             )
         fs = by.get("fastshard")
