@@ -45,7 +45,8 @@ def file_source(objects: dict[str, Path]) -> Source:
 def s3_source(s3: servers.SeaweedFS, objects: dict[str, Path], prefix: str) -> Source:
     src = Source("s3")
     uris = {fmt: s3.upload(path, f"{prefix}/{path.name}") for fmt, path in objects.items()}
-    src.where["ceiling"] = {"url": s3.presign(uris["fastshard"])}
+    # Valid for the whole run: a 1 GiB run on 2 cores outlasts the default 10 minutes.
+    src.where["ceiling"] = {"url": s3.presign(uris["fastshard"], expires=12 * 3600)}
     src.where["fastshard"] = {"uri": uris["fastshard"], "opts": s3.opts()}
     if "tensorizer" in uris and installed("tensorizer"):
         src.where["tensorizer"] = {
