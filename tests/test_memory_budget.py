@@ -1,6 +1,6 @@
 """max_host_bytes bounds what a load holds beyond the model: a 1 GiB float32
-file loaded into a bfloat16 model (every tensor goes through a temporary and
-a cast) under a 64 MiB budget, measured by the load's own stats and by the
+file loaded into a bfloat16 model (every tensor goes through the staging
+ring and a cast) under a 64 MiB budget, measured by the load's own stats and by the
 peak RSS of a fresh process; the same load without a budget is the control
 that shows the measurement can see a breach."""
 
@@ -78,8 +78,9 @@ def test_64mib_budget_bounds_a_1gib_load(gib_file: Path) -> None:
     assert 0 < got["peak_host_bytes"] <= budget, got
     # RSS also counts the allocator's slack: a small allowance over the budget.
     assert got["growth"] <= budget + 32 * MiB, got
-    # Control: without a budget every temporary is alive at once (512 MiB of
-    # bfloat16 casts of 1 GiB of float32 reads), far above the bound.
+    # Control: without a budget the staging ring takes its default slabs
+    # (up to 4 x 64 MiB, the load uses 2-3 of them) plus the native reads'
+    # scratch: the same measurement sees that breach the bound above.
     control = _run(gib_file, 0)
     assert control["equal"]
-    assert control["growth"] > 4 * budget, control
+    assert control["growth"] > budget + 32 * MiB, control
