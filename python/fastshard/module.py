@@ -32,10 +32,14 @@ class _Target:
 class _Job:
     target: _Target
     index: int  # in the file
-    dest: torch.Tensor  # what the native load fills in place (meta when copy_into is set)
-    copy_into: torch.Tensor | None  # staged through the ring into this instead
+    dest: torch.Tensor  # where the tensor goes (a new tensor for a meta one)
+    in_place: bool  # the native load writes dest itself; else the staging ring copies
     slice: tp.Slice | None = None  # this rank's tensor-parallel slice of the file's tensor
     shape: tuple[int, ...] = ()  # of the loaded (sliced) tensor
+
+    @property
+    def item(self) -> _ring.Item:
+        return _ring.Item(self.index, self.slice, self.shape, self.dest)
 
 
 def _targets(model: torch.nn.Module) -> dict[str, _Target]:
@@ -172,38 +176,8 @@ def _plan(
             if id(dest) not in replaced:
                 replaced[id(dest)] = torch.empty(shape, dtype=dest.dtype, device=device)
             dest = replaced[id(dest)]
-        if _in_place_ok(dest, info.dtype, claimed):
-            jobs.append(_Job(t, index, dest, None, sl, shape))
-        else:
-            placeholder = torch.empty(shape, dtype=info.dtype, device="meta")
-            jobs.append(_Job(t, index, placeholder, dest, sl, shape))
+        jobs.append(_Job(t, index, dest, _in_place_ok(dest, info.dtype, claimed), sl, shape))
     return jobs
-
-
-def _fill(f: TensorFile, jobs: list[_Job], budget: int | None) -> LoadStats:
-    """Load every job: in-place destinations in one native call straight
-    into their memory, the others through the staging ring (``_ring``),
-    whose slabs and native loads stay within ``budget`` (max_host_bytes)."""
-    total = LoadStats()
-    direct = [j for j in jobs if j.copy_into is None]
-    staged = [j for j in jobs if j.copy_into is not None]
-    if direct:
-        native = {} if budget is None else {"max_host_bytes": budget}
-        total.add(
-            f.fill(
-                [j.index for j in direct],
-                [j.dest for j in direct],
-                [j.slice for j in direct],
-                **native,
-            )
-        )
-    if staged:
-        items = []
-        for j in staged:
-            assert j.copy_into is not None
-            items.append(_ring.Item(j.index, j.slice, j.shape, j.copy_into))
-        total.add(_ring.load(f, items, budget))
-    return total
 
 
 def _in_place_ok(dest: torch.Tensor, dtype: torch.dtype, claimed: list[tuple[int, int]]) -> bool:
@@ -231,7 +205,7 @@ def _apply(jobs: list[_Job]) -> None:
         t = job.target
         if not t.tensor.is_meta:
             continue
-        new = job.copy_into if job.copy_into is not None else job.dest
+        new = job.dest
         if id(t.tensor) not in installed:
             if t.is_param:
                 param = torch.nn.Parameter(new, requires_grad=t.tensor.requires_grad)
@@ -322,17 +296,15 @@ def load(
             if pg is not None:
                 _coop.agree(pg, e)
             raise
-        budget = f._load_opts.get("max_host_bytes")
         total = sum(_torch.nbytes(j.shape, f.info_at(j.index).dtype) for j in jobs)
         with f.loading(total):
             if pg is not None:
                 _coop.agree(pg, None)
-                items = [
-                    _coop.Item(j.index, j.slice, j.copy_into if j.copy_into is not None else j.dest)
-                    for j in jobs
-                ]
+                items = [_coop.Item(j.index, j.slice, j.dest) for j in jobs]
                 stats = _coop.load(f, items, rank or 0, world_size or 1, pg)
             else:
-                stats = _fill(f, jobs, budget)
+                stats = f.fill_items(
+                    [j.item for j in jobs if j.in_place], [j.item for j in jobs if not j.in_place]
+                )
         _apply(jobs)
         return f.finish_stats(stats, started)

@@ -475,32 +475,41 @@ class TensorFile:
                 items = [coop.Item(i, sl, t) for i, sl, t in zip(indices, slices, out, strict=True)]
                 stats = coop.load(self, items, rank or 0, world_size, pg)
             else:
-                stats = self._fill_all(indices, slices, shapes, out)
+                loads = [
+                    _ring.Item(i, slices[n] if slices else None, shapes[n], t)
+                    for n, (i, t) in enumerate(zip(indices, out, strict=True))
+                ]
+                # Fresh tensors: plain CPU ones of the file's dtype are filled in place.
+                direct: list[_ring.Item] = []
+                staged: list[_ring.Item] = []
+                for it in loads:
+                    plain = it.dest.device.type == "cpu"
+                    plain = plain and it.dest.dtype == self._infos[it.index].dtype
+                    (direct if plain else staged).append(it)
+                stats = self.fill_items(direct, staged)
         result = self._build(indices, out)
         self.finish_stats(stats, started)
         return result
 
-    def _fill_all(
-        self,
-        indices: list[int],
-        slices: list[tp.Slice | None] | None,
-        shapes: list[tuple[int, ...]],
-        out: list[torch.Tensor],
-    ) -> LoadStats:
-        direct, staged = [], []
-        for n, (i, t) in enumerate(zip(indices, out, strict=True)):
-            sl = slices[n] if slices else None
-            if t.device.type == "cpu" and t.dtype == self._infos[i].dtype:
-                direct.append((i, sl, t))
-            else:
-                staged.append(_ring.Item(i, sl, shapes[n], t))
+    def fill_items(self, direct: Sequence[_ring.Item], staged: Sequence[_ring.Item]) -> LoadStats:
+        """``direct`` items (contiguous CPU tensors of the file's dtype, no
+        overlaps) filled in place in one native call, then ``staged`` ones
+        (any device or dtype) through the staging ring, all within
+        ``max_host_bytes``."""
         stats = LoadStats()
+        budget = self._load_opts.get("max_host_bytes")
         if direct:
+            native = {} if budget is None else {"max_host_bytes": budget}
             stats.add(
-                self.fill([d[0] for d in direct], [d[2] for d in direct], [d[1] for d in direct])
+                self.fill(
+                    [d.index for d in direct],
+                    [d.dest for d in direct],
+                    [d.slice for d in direct],
+                    **native,
+                )
             )
         if staged:
-            stats.add(_ring.load(self, staged, self._load_opts.get("max_host_bytes")))
+            stats.add(_ring.load(self, staged, budget))
         return stats
 
     def _build(self, indices: list[int], tensors: list[torch.Tensor]) -> StateDict:
