@@ -37,33 +37,12 @@ def model_like_state_dict(target_bytes: int = GiB, seed: int = 0) -> StateDict:
     number of decoder layers is chosen so the total lands near the target (~84 MiB a layer
     plus 250 MiB of embeddings and LM head; 1 GiB gives 9 layers, 0.98 GiB).
     """
-    hidden, mlp, kv, vocab = 2048, 5632, 256, 32000
-    layer: list[tuple[str, tuple[int, ...]]] = [
-        ("self_attn.q_proj.weight", (hidden, hidden)),
-        ("self_attn.k_proj.weight", (kv, hidden)),
-        ("self_attn.v_proj.weight", (kv, hidden)),
-        ("self_attn.o_proj.weight", (hidden, hidden)),
-        ("mlp.gate_proj.weight", (mlp, hidden)),
-        ("mlp.up_proj.weight", (mlp, hidden)),
-        ("mlp.down_proj.weight", (hidden, mlp)),
-        ("input_layernorm.weight", (hidden,)),
-        ("post_attention_layernorm.weight", (hidden,)),
-    ]
-
-    def nbytes(shape: tuple[int, ...]) -> int:
-        return 2 * int(torch.Size(shape).numel())
-
-    fixed = 2 * nbytes((vocab, hidden)) + nbytes((hidden,))
-    per_layer = sum(nbytes(s) for _, s in layer)
-    n_layers = max(1, round((target_bytes - fixed) / per_layer))
+    from fastshard.bench.workload import llama_shapes
 
     gen = torch.Generator().manual_seed(seed)
-    sd: StateDict = {"model.embed_tokens.weight": _randn((vocab, hidden), gen)}
-    for i in range(n_layers):
-        for name, shape in layer:
-            sd[f"model.layers.{i}.{name}"] = _randn(shape, gen)
-    sd["model.norm.weight"] = _randn((hidden,), gen)
-    sd["lm_head.weight"] = _randn((vocab, hidden), gen)
+    sd: StateDict = {}
+    for name, shape in llama_shapes(target_bytes, hidden=2048, mlp=5632, kv=256, vocab=32000):
+        sd[name] = _randn(shape, gen)
     return sd
 
 

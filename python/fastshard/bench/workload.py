@@ -31,9 +31,11 @@ def parse_size(text: str) -> int:
     return int(float(t))
 
 
-def _llm_shapes(size: int) -> Iterator[tuple[str, tuple[int, ...]]]:
-    hidden = 2048 if size >= GiB else 1024 if size >= 256 * MiB else 512
-    vocab, mlp, kv = 16 * hidden, hidden * 11 // 4, hidden // 8
+def llama_shapes(
+    size: int, hidden: int, mlp: int, kv: int, vocab: int
+) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """A Llama-style fp16 model's names and shapes, with as many decoder
+    layers as bring it near ``size`` bytes."""
     layer = [
         ("self_attn.q_proj.weight", (hidden, hidden)),
         ("self_attn.k_proj.weight", (kv, hidden)),
@@ -53,6 +55,11 @@ def _llm_shapes(size: int) -> Iterator[tuple[str, tuple[int, ...]]]:
             yield f"model.layers.{i}.{name}", shape
     yield "model.norm.weight", (hidden,)
     yield "lm_head.weight", (vocab, hidden)
+
+
+def _llm_shapes(size: int) -> Iterator[tuple[str, tuple[int, ...]]]:
+    hidden = 2048 if size >= GiB else 1024 if size >= 256 * MiB else 512
+    return llama_shapes(size, hidden, hidden * 11 // 4, hidden // 8, 16 * hidden)
 
 
 def shapes(kind: str, size: int) -> list[tuple[str, tuple[int, ...]]]:
