@@ -61,8 +61,13 @@ test-rust: develop ## cargo test: the core without Python, then with the "python
 	@$(TIMED) cargo-test-core $(CARGO) test --no-default-features
 	@$(TIMED) cargo-test-python-feature env $(PYO3_ENV) $(CARGO) test
 
+# With FASTSHARD_CI_DEADLINE (epoch seconds; .ci/run sets it) pytest gets SIGINT
+# at that time, so it still prints which tests failed before CI's own limit hits.
 test-py: develop ## pytest -q, each test limited to PYTEST_TIMEOUT s (exit 5, "no tests ran", fails)
-	@$(TIMED) pytest $(PY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS) || { rc=$$?; \
+	@deadline=(); if [[ -n "$${FASTSHARD_CI_DEADLINE:-}" ]]; then \
+		left=$$(( FASTSHARD_CI_DEADLINE - $$(date +%s) )); \
+		deadline=(timeout -s INT -k 120 $$(( left > 1 ? left : 1 ))); fi; \
+	$(TIMED) pytest "$${deadline[@]}" $(PY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS) || { rc=$$?; \
 		if [[ $$rc == 5 ]]; then echo "error: pytest ran no tests (exit 5)" >&2; fi; exit $$rc; }
 
 lint: fmt-check ruff clippy ## rustfmt --check, ruff check + format --check, clippy -D warnings

@@ -57,6 +57,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "http: needs nginx (fails under CI=true when it is missing)")
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Under CI, a failure's error lines are printed as it happens: a run cut
+    short by CI's time limit would otherwise never show why tests failed."""
+    if not report.failed or os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        return
+    lines = report.longreprtext.splitlines()
+    errors = [line for line in lines if line.startswith("E ")][:12] or lines[-6:]
+    body = "\n".join(f"    {line}" for line in errors)
+    sys.stdout.write(f"\n[{report.when} failed] {report.nodeid}\n{body}\n")
+    sys.stdout.flush()
+
+
 @pytest.fixture(scope="session")
 def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
     """A SeaweedFS S3 server for the whole session (buckets "models", and

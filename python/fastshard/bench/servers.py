@@ -226,6 +226,10 @@ class SeaweedFS:
             "-master.volumeSizeLimitMB=256",
             # The default of 8 volumes holds 2 GiB; benchmarks store more.
             "-volume.max=64",
+            # The default (1 % of the disk) makes every volume read-only on a
+            # big, nearly full disk: uploads then hang ~30 s per try and fail
+            # with InternalError. Data here is small and disposable.
+            "-volume.minFreeSpace=256MiB",
             f"-volume.port={volume}",
             "-filer",
             f"-filer.port={filer}",
@@ -255,7 +259,24 @@ class SeaweedFS:
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"cannot create bucket {bucket}: {e}") from e
                     time.sleep(0.25)
+        self._probe_write()
         return self
+
+    def _probe_write(self) -> None:
+        """One small put, so a server that cannot store anything (read-only
+        volumes on a full disk) fails here, once and with the reason, instead
+        of in every test after a slow timeout."""
+        try:
+            client = self.client(retries={"max_attempts": 1}, read_timeout=45)
+            client.put_object(Bucket=self.bucket, Key=".fastshard-probe", Body=b"probe")
+            client.delete_object(Bucket=self.bucket, Key=".fastshard-probe")
+        except Exception as e:
+            free = shutil.disk_usage(self.root).free
+            self.stop()
+            raise RuntimeError(
+                f"SeaweedFS started but cannot store an object ({e}); "
+                f"{free / 2**30:.1f} GiB free under {self.root}:\n{_tail(self.log)}"
+            ) from e
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -278,11 +299,13 @@ class SeaweedFS:
             aws_secret_access_key=self.secret_key,
             region_name="us-east-1",
             config=Config(
-                s3={"addressing_style": "path"},
-                retries={"max_attempts": 2},
-                request_checksum_calculation="when_required",
-                response_checksum_validation="when_required",
-                **config,
+                **{
+                    "s3": {"addressing_style": "path"},
+                    "retries": {"max_attempts": 2},
+                    "request_checksum_calculation": "when_required",
+                    "response_checksum_validation": "when_required",
+                    **config,
+                }
             ),
         )
 
