@@ -1,0 +1,465 @@
+"""fastshard's vLLM plugin against the real vLLM code (its CPU build path).
+
+vLLM's config objects and argument parsing need VLLM_TARGET_DEVICE=cpu on a
+machine without a GPU ("Failed to infer device type" otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import tomllib
+from dataclasses import fields
+from importlib.metadata import EntryPoint
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+try:
+    import vllm  # noqa: F401
+except Exception as e:  # pragma: no cover - depends on the environment
+    pytest.skip(
+        f"vLLM is not importable here ({e!r}): the plugin needs it", allow_module_level=True
+    )
+
+from tensorizer import EncryptionParams, TensorSerializer
+from vllm.config import LoadConfig
+from vllm.engine.arg_utils import EngineArgs
+from vllm.model_executor.model_loader import get_model_loader
+from vllm.model_executor.model_loader.tensorizer import TensorizerConfig
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm_like_model import TinyForCausalLM, hf_state_dict, rank_model
+
+import fastshard
+import fastshard.vllm as fv
+from fastshard.vllm import config as fconfig
+from fastshard.vllm import ranks as franks
+from fastshard.vllm.loader import MARKER, FastshardModelLoader
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON_DIR = ROOT / "python"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def registered() -> None:
+    fv.register()
+
+
+def _loader(load_format: str = "fastshard", extra: object = None) -> FastshardModelLoader:
+    lc = LoadConfig(load_format=load_format, model_loader_extra_config=extra or {})
+    loader = get_model_loader(lc)
+    assert isinstance(loader, FastshardModelLoader)
+    return loader
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # An existing directory: with HF_HUB_OFFLINE=1 (conftest) EngineArgs
+    # resolves any other --model as a Hugging Face repo id.
+    return tmp_path_factory.mktemp("tiny")
+
+
+def _cli_load_config(model: Path, *argv: str) -> LoadConfig:
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    args = parser.parse_args(["--model", str(model), *argv])
+    return EngineArgs.from_cli_args(args).create_load_config()
+
+
+def _run(code: str, env: dict[str, str] | None = None, extra_path: str = "") -> str:
+    """Run ``code`` in a fresh interpreter (vLLM's registry is process-global)."""
+    full_env = {**os.environ, **(env or {})}
+    path = [p for p in (extra_path, str(PYTHON_DIR), full_env.get("PYTHONPATH", "")) if p]
+    full_env["PYTHONPATH"] = os.pathsep.join(path)
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out.stdout
+
+
+# -- the entry point ---------------------------------------------------------
+
+
+def _entry_point() -> EntryPoint:
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    group = meta["project"]["entry-points"]["vllm.general_plugins"]
+    assert group == {"fastshard": "fastshard.vllm:register"}
+    return EntryPoint("fastshard", group["fastshard"], "vllm.general_plugins")
+
+
+def test_entry_point_resolves_to_register():
+    assert _entry_point().load() is fv.register
+
+
+def test_vllm_discovers_and_runs_the_entry_point(tmp_path: Path):
+    # A dist-info carrying pyproject's entry point (what an install of the
+    # wheel writes) is enough for importlib.metadata, so vLLM's own plugin
+    # loading finds and calls register() without building the package.
+    ep = _entry_point()
+    info = tmp_path / "fastshard-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fastshard\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(f"[{ep.group}]\n{ep.name} = {ep.value}\n")
+    out = _run(
+        """
+        import vllm.plugins
+        from vllm.config import LoadConfig
+        from vllm.model_executor.model_loader import get_model_loader
+        from vllm.plugins import load_plugins_by_group
+        print("found fastshard:", "fastshard" in load_plugins_by_group("vllm.general_plugins"))
+        vllm.plugins.load_general_plugins()
+        for f in ("fastshard", "tensorizer"):
+            extra = {"tensorizer_config": {"tensorizer_dir": "/m"}}
+            print(f, type(get_model_loader(LoadConfig(load_format=f,
+                  model_loader_extra_config=extra))).__name__)
+        """,
+        extra_path=str(tmp_path),
+    )
+    assert "found fastshard: True" in out
+    assert "fastshard FastshardModelLoader" in out
+    assert "tensorizer FastshardModelLoader" in out
+
+
+# -- the registry ------------------------------------------------------------
+
+
+def test_get_model_loader_gives_fastshard_for_both_formats():
+    assert type(_loader("fastshard")) is FastshardModelLoader
+    assert type(_loader("tensorizer", {"tensorizer_uri": "/m/model.tensors"})) is (
+        FastshardModelLoader
+    )
+
+
+def test_register_is_idempotent():
+    fv.register()
+    fv.register()
+    assert type(_loader("fastshard")) is FastshardModelLoader
+
+
+def test_takeover_off_keeps_vllms_tensorizer_loader():
+    out = _run(
+        """
+        import fastshard.vllm as fv
+        from vllm.engine.arg_utils import EngineArgs
+        from vllm.model_executor.model_loader import get_model_loader
+        fv.register()
+        lc = EngineArgs(model="/", load_format="tensorizer").create_load_config()
+        print(type(get_model_loader(lc)).__module__, type(get_model_loader(lc)).__name__)
+        print(type(get_model_loader(lc.__class__(load_format="fastshard"))).__name__)
+        """,
+        env={"FASTSHARD_TAKEOVER_TENSORIZER": "0"},
+    )
+    assert "vllm.model_executor.model_loader.tensorizer_loader TensorizerLoader" in out
+    assert "FastshardModelLoader" in out
+
+
+# -- configuration -------------------------------------------------------------
+
+
+def test_known_keys_cover_vllms_tensorizer_config():
+    init_fields = {f.name for f in fields(TensorizerConfig) if f.init}
+    assert init_fields <= fconfig.TENSORIZER_KEYS
+
+
+MULTILINE = """{
+    "tensorizer_uri": "/weights/model-rank-%03d.tensors",
+    "stream_kwargs": {
+        "force_http": false,
+        "s3_endpoint": "http://127.0.0.1:9"
+    },
+    "deserialization_kwargs": {
+        "verify_hash": true,
+        "num_readers": 8
+    },
+    "serialization_kwargs": {"limit_cpu_concurrency": 4}
+}"""
+
+
+def test_cli_multiline_json_tensorizer_shape(model_dir):
+    lc = _cli_load_config(
+        model_dir, "--load-format", "tensorizer", "--model-loader-extra-config", MULTILINE
+    )
+    extra = lc.model_loader_extra_config
+    assert extra["tensorizer_config"]["tensorizer_dir"] == str(model_dir)  # vLLM's reshaping
+    cfg = _loader("tensorizer", extra).config
+    assert cfg.uri == "/weights/model-rank-%03d.tensors"
+    assert cfg.open_opts == {
+        "s3_endpoint": "http://127.0.0.1:9",
+        "verify_hash": True,
+        "concurrency": 8,
+    }
+    assert set(cfg.ignored) == {
+        "stream_kwargs.force_http",
+        "serialization_kwargs.limit_cpu_concurrency",
+    }
+
+
+def test_cli_every_tensorizer_key(model_dir, tmp_path: Path):
+    extra = {
+        "tensorizer_uri": "s3://bucket/m/model-rank-%02d.tensors",
+        "vllm_tensorized": True,
+        "verify_hash": False,
+        "num_readers": 3,
+        "encryption_keyfile": "s3://bucket/m/key",
+        "s3_access_key_id": "AK",
+        "s3_secret_access_key": "SK",
+        "s3_endpoint": "http://127.0.0.1:9",
+        "stream_kwargs": {},
+        "serialization_kwargs": {},
+        "deserialization_kwargs": {},
+        "lora_dir": "/loras/x",
+    }
+    lc = _cli_load_config(
+        model_dir, "--load-format", "tensorizer", "--model-loader-extra-config", json.dumps(extra)
+    )
+    cfg = _loader("tensorizer", lc.model_loader_extra_config).config
+    assert cfg.uri == extra["tensorizer_uri"]
+    assert cfg.layout == "vllm"
+    assert cfg.encryption_keyfile == "s3://bucket/m/key"
+    assert cfg.open_opts == {
+        "s3_access_key_id": "AK",
+        "s3_secret_access_key": "SK",
+        "s3_endpoint": "http://127.0.0.1:9",
+        "verify_hash": False,
+        "concurrency": 3,
+    }
+    assert set(cfg.ignored) == {"lora_dir"}
+
+
+def test_cli_tensorizer_dir_only_is_the_model_dir(model_dir):
+    lc = _cli_load_config(model_dir, "--load-format", "tensorizer")
+    assert _loader("tensorizer", lc.model_loader_extra_config).config.uri == f"{model_dir}/"
+
+
+def test_cli_fastshard_format_with_own_keys(model_dir):
+    text = '{"uri": "s3://b/m/", "layout": "hf", "cooperative": true,\n "concurrency": 32,'
+    text += ' "part_size_bytes": 8388608, "max_host_bytes": 1073741824, "s3_region": "x"}'
+    lc = _cli_load_config(
+        model_dir, "--load-format", "fastshard", "--model-loader-extra-config", text
+    )
+    cfg = _loader("fastshard", lc.model_loader_extra_config).config
+    assert (cfg.uri, cfg.layout, cfg.cooperative) == ("s3://b/m/", "hf", True)
+    assert cfg.open_opts == {
+        "s3_region": "x",
+        "concurrency": 32,
+        "part_size_bytes": 8 << 20,
+        "max_host_bytes": 1 << 30,
+    }
+
+
+def test_tensorizer_config_object_and_json_string():
+    tc = TensorizerConfig(tensorizer_uri="/w/model.tensors", num_readers=2)
+    assert fconfig.parse_extra_config(tc).uri == "/w/model.tensors"
+    assert fconfig.parse_extra_config(MULTILINE).open_opts["concurrency"] == 8
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"tensorizer_uri": "/m.tensors", "bogus": 1},
+        {"tensorizer_config": {"tensorizer_dir": "/m", "device": "cuda"}},
+        {"dtype": "float16"},
+    ],
+)
+def test_unknown_keys_are_rejected(extra):
+    with pytest.raises(fastshard.InvalidArgumentError, match="known keys: .*tensorizer_uri"):
+        _loader("fastshard", extra)
+
+
+def test_unknown_key_from_the_cli_is_rejected(model_dir):
+    lc = _cli_load_config(
+        model_dir, "--load-format", "tensorizer", "--model-loader-extra-config", '{"mode": "rb"}'
+    )
+    with pytest.raises(fastshard.InvalidArgumentError, match="unknown key 'mode'"):
+        get_model_loader(lc)
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ({"layout": "pt"}, "layout must be"),
+        ({"concurrency": 0}, "positive integer"),
+        ({"cooperative": "yes"}, "true or false"),
+        ({"uri": "/a", "tensorizer_uri": "/b"}, "disagree"),
+        ({"vllm_tensorized": True, "layout": "hf"}, "contradicts"),
+        ({"stream_kwargs": [1]}, "JSON object"),
+    ],
+)
+def test_bad_values_are_rejected(extra, match):
+    with pytest.raises(fastshard.InvalidArgumentError, match=match):
+        fconfig.parse_extra_config(extra)
+
+
+# -- loading -------------------------------------------------------------------
+
+
+class _ModelConfig:
+    """What the loader reads from vLLM's ModelConfig in load_weights."""
+
+    def __init__(self, model: str = "/nonexistent", quantization: str | None = None) -> None:
+        self.model = model
+        self.quantization = quantization
+
+
+def _tensorize_vllm(model: torch.nn.Module, path: Path, key: bytes | None = None) -> None:
+    """What vLLM's serialize_vllm_model writes for one rank: the live module
+    with a meta ``vllm_tensorized_marker`` parameter, via write_module."""
+    model.register_parameter(
+        MARKER, torch.nn.Parameter(torch.tensor((1,), device="meta"), requires_grad=False)
+    )
+    enc = EncryptionParams(key=key) if key is not None else None
+    ser = TensorSerializer(str(path), encryption=enc)
+    ser.write_module(model)
+    ser.close()
+    del model._parameters[MARKER]
+
+
+def _set_ranks(monkeypatch, tp_rank=0, tp_size=1, pp_rank=0, pp_size=1):
+    monkeypatch.setattr(franks, "current", lambda: franks.Ranks(tp_rank, tp_size, pp_rank, pp_size))
+
+
+def _assert_same(actual: torch.nn.Module, expected: torch.nn.Module) -> None:
+    a, e = dict(actual.named_parameters()), dict(expected.named_parameters())
+    assert a.keys() == e.keys()
+    for name in e:
+        assert torch.equal(a[name], e[name]), name
+
+
+@pytest.fixture
+def per_rank_files(tmp_path: Path):
+    """vLLM-tensorized files of TP=2 x PP=2 (file rank = pp * tp_size + tp),
+    each rank's model holding its TP share of a different seed per PP rank."""
+    refs = {}
+    for pp in range(2):
+        hf = hf_state_dict(seed=pp)
+        for tp in range(2):
+            m = rank_model(hf, tp, 2)
+            refs[(tp, pp)] = m
+            _tensorize_vllm(m, tmp_path / f"model-rank-{pp * 2 + tp:03d}.tensors")
+    return tmp_path / "model-rank-%03d.tensors", refs
+
+
+def test_loads_vllm_tensorized_rank_file_into_existing_params(monkeypatch, per_rank_files):
+    template, refs = per_rank_files
+    _set_ranks(monkeypatch, tp_rank=1, tp_size=2, pp_rank=1, pp_size=2)
+    loader = _loader("tensorizer", {"tensorizer_uri": str(template)})
+    model = TinyForCausalLM(1, 2)
+    before = {n: p for n, p in model.named_parameters()}
+    loader.load_weights(model, _ModelConfig())
+    _assert_same(model, refs[(1, 1)])  # PP rank 1's own file, not TP rank 1's of PP 0
+    assert all(p is before[n] for n, p in model.named_parameters())  # filled in place
+    assert not hasattr(model, MARKER)
+
+
+def test_pp_ranks_do_not_collide(monkeypatch, per_rank_files):
+    template, refs = per_rank_files
+    loader = _loader("fastshard", {"uri": str(template)})
+    for pp in range(2):
+        for tp in range(2):
+            _set_ranks(monkeypatch, tp, 2, pp, 2)
+            model = TinyForCausalLM(tp, 2)
+            loader.load_weights(model, _ModelConfig())
+            _assert_same(model, refs[(tp, pp)])
+
+
+def test_single_rank_vllm_file_in_the_model_dir(model_dir, monkeypatch, tmp_path: Path):
+    ref = rank_model(hf_state_dict(), 0, 1)
+    _tensorize_vllm(ref, tmp_path / "model.tensors")
+    lc = _cli_load_config(model_dir, "--load-format", "tensorizer")
+    lc.model_loader_extra_config["tensorizer_config"]["tensorizer_dir"] = str(tmp_path)
+    loader = _loader("tensorizer", lc.model_loader_extra_config)
+    model = TinyForCausalLM()
+    loader.load_weights(model, _ModelConfig())
+    assert loader.plan(_ModelConfig()).layout == "vllm"
+    _assert_same(model, ref)
+
+
+def test_encrypted_per_rank_file(tmp_path: Path):
+    key = EncryptionParams.random().key
+    (tmp_path / "key").write_bytes(key)
+    ref = rank_model(hf_state_dict(), 0, 1)
+    _tensorize_vllm(ref, tmp_path / "model-rank-000.tensors", key=key)
+    extra = {
+        "tensorizer_uri": str(tmp_path / "model-rank-%03d.tensors"),
+        "encryption_keyfile": str(tmp_path / "key"),
+    }
+    model = TinyForCausalLM()
+    _loader("tensorizer", extra).load_weights(model, _ModelConfig())
+    _assert_same(model, ref)
+
+
+def test_fastshard_directory_with_manifest(monkeypatch, tmp_path: Path):
+    hf = hf_state_dict()
+    refs = [rank_model(hf, r, 2) for r in range(2)]
+    fastshard.save_sharded([dict(m.named_parameters()) for m in refs], f"{tmp_path}/")
+    loader = _loader("fastshard", {"uri": str(tmp_path)})
+    for r in range(2):
+        _set_ranks(monkeypatch, r, 2)
+        model = TinyForCausalLM(r, 2)
+        loader.load_weights(model, _ModelConfig())
+        _assert_same(model, refs[r])
+    _set_ranks(monkeypatch, 0, 4)  # the manifest says 2 ranks
+    with pytest.raises(fastshard.ShardMismatchError):
+        loader.load_weights(TinyForCausalLM(0, 4), _ModelConfig())
+
+
+def test_mis_shaped_and_missing_weights_are_errors(monkeypatch, per_rank_files):
+    template, _ = per_rank_files
+    _set_ranks(monkeypatch, 0, 2)
+    loader = _loader("fastshard", {"uri": str(template)})
+    wrong_tp = TinyForCausalLM(0, 1)  # full-size params: every shape differs
+    with pytest.raises(fastshard.InvalidArgumentError, match="shape mismatch"):
+        loader.load_weights(wrong_tp, _ModelConfig())
+    extra_param = TinyForCausalLM(0, 2)
+    extra_param.register_parameter("extra", torch.nn.Parameter(torch.zeros(2)))
+    with pytest.raises(fastshard.InvalidArgumentError, match="missing from the file"):
+        loader.load_weights(extra_param, _ModelConfig())
+
+
+def test_one_vllm_file_for_several_ranks_is_refused(monkeypatch, tmp_path: Path):
+    _tensorize_vllm(rank_model(hf_state_dict(), 0, 1), tmp_path / "model.tensors")
+    _set_ranks(monkeypatch, 0, 2)
+    loader = _loader("fastshard", {"uri": str(tmp_path / "model.tensors")})
+    with pytest.raises(fastshard.ShardMismatchError, match="need one file each"):
+        loader.load_weights(TinyForCausalLM(0, 2), _ModelConfig())
+
+
+def _write_hf(path: Path, sd: dict[str, torch.Tensor]) -> None:
+    ser = TensorSerializer(str(path))
+    ser.write_state_dict(sd)
+    ser.close()
+
+
+def test_hf_layout_feeds_model_load_weights(monkeypatch, tmp_path: Path):
+    hf = hf_state_dict(seed=3)
+    _write_hf(tmp_path / "model.tensors", hf)
+    loader = _loader("tensorizer", {"tensorizer_uri": str(tmp_path / "model.tensors")})
+    for r in range(2):
+        _set_ranks(monkeypatch, r, 2)
+        assert loader.plan(_ModelConfig()).layout == "hf"
+        model = TinyForCausalLM(r, 2)
+        loader.load_weights(model, _ModelConfig())
+        _assert_same(model, rank_model(hf, r, 2))
+
+
+def test_hf_layout_missing_weights_are_errors(tmp_path: Path):
+    hf = hf_state_dict()
+    del hf["model.norm.weight"]
+    _write_hf(tmp_path / "model.tensors", hf)
+    loader = _loader("fastshard", {"uri": str(tmp_path / "model.tensors")})
+    with pytest.raises(fastshard.InvalidArgumentError, match=r"not loaded: model\.norm\.weight"):
+        loader.load_weights(TinyForCausalLM(), _ModelConfig())
+
+
+def test_download_model_is_a_no_op():
+    assert _loader("fastshard").download_model(_ModelConfig()) is None  # type: ignore[arg-type]
