@@ -463,3 +463,57 @@ def test_hf_layout_missing_weights_are_errors(tmp_path: Path):
 
 def test_download_model_is_a_no_op():
     assert _loader("fastshard").download_model(_ModelConfig()) is None  # type: ignore[arg-type]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ranks_from_vllms_gloo_groups(tmp_path: Path):
+    """Two processes with vLLM's own TP (then PP) groups over gloo load
+    per-rank files and, cooperatively, one HF-layout file."""
+    for d in ("tp", "hf", "pp"):
+        (tmp_path / d).mkdir()
+    for r in range(2):
+        _tensorize_vllm(
+            rank_model(hf_state_dict(seed=0), r, 2), tmp_path / f"tp/model-rank-{r:03d}.tensors"
+        )
+        _tensorize_vllm(
+            rank_model(hf_state_dict(seed=10 + r), 0, 1),
+            tmp_path / f"pp/model-rank-{r:03d}.tensors",
+        )
+    _write_hf(tmp_path / "hf/model.tensors", hf_state_dict(seed=7))
+    here = Path(__file__).resolve().parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(here), str(PYTHON_DIR), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    port = str(_free_port())
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(here / "vllm_tp_worker.py"), str(r), port, str(tmp_path)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=400)
+            outs.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for rc, out, err in outs:
+        assert rc == 0, err[-4000:]
+        assert out.split("\n")[:3] == ["ok tp-per-rank", "ok tp-hf-cooperative", "ok pp-per-rank"]
