@@ -112,12 +112,15 @@ def test_vllm_discovers_and_runs_the_entry_point(tmp_path: Path):
     (info / "entry_points.txt").write_text(f"[{ep.group}]\n{ep.name} = {ep.value}\n")
     out = _run(
         """
+        import sys
         import vllm.plugins
-        from vllm.config import LoadConfig
-        from vllm.model_executor.model_loader import get_model_loader
         from vllm.plugins import load_plugins_by_group
         print("found fastshard:", "fastshard" in load_plugins_by_group("vllm.general_plugins"))
         vllm.plugins.load_general_plugins()
+        # register() defers until vLLM's loader registry is imported.
+        print("registry imported:", "vllm.model_executor.model_loader" in sys.modules)
+        from vllm.config import LoadConfig
+        from vllm.model_executor.model_loader import get_model_loader
         for f in ("fastshard", "tensorizer"):
             extra = {"tensorizer_config": {"tensorizer_dir": "/m"}}
             print(f, type(get_model_loader(LoadConfig(load_format=f,
@@ -126,6 +129,7 @@ def test_vllm_discovers_and_runs_the_entry_point(tmp_path: Path):
         extra_path=str(tmp_path),
     )
     assert "found fastshard: True" in out
+    assert "registry imported: False" in out
     assert "fastshard FastshardModelLoader" in out
     assert "tensorizer FastshardModelLoader" in out
 

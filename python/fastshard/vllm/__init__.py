@@ -3,18 +3,28 @@
 
 vLLM runs the ``vllm.general_plugins`` entry point ``fastshard`` (pyproject)
 in every process it starts (the front end, the engine core and each worker,
-under mp and Ray), so :func:`register` runs wherever a model is loaded. It
-is cheap until called, imports vLLM only when called, and may be called any
-number of times.
+under mp and Ray), so :func:`register` runs wherever a model is loaded.
+
+:func:`register` is cheap and may be called any number of times. When vLLM's
+loader registry (``vllm.model_executor.model_loader``, seconds to import) is
+already imported, the loader is registered at once; otherwise registration
+waits for that import, so a process that never loads a model (the API
+front end) never pays for it.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import os
+import sys
+from collections.abc import Sequence
+from types import ModuleType
 
 FORMAT = "fastshard"
 TENSORIZER_FORMAT = "tensorizer"
 TAKEOVER_ENV = "FASTSHARD_TAKEOVER_TENSORIZER"
+REGISTRY_MODULE = "vllm.model_executor.model_loader"
 
 _registered: set[str] = set()
 
@@ -24,12 +34,12 @@ def takes_over_tensorizer() -> bool:
     return os.environ.get(TAKEOVER_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def register() -> None:
-    """Register fastshard's loader with vLLM's loader registry."""
-    formats = [FORMAT]
-    if takes_over_tensorizer():
-        formats.append(TENSORIZER_FORMAT)
-    todo = [f for f in formats if f not in _registered]
+def _formats() -> list[str]:
+    return [FORMAT, TENSORIZER_FORMAT] if takes_over_tensorizer() else [FORMAT]
+
+
+def _register_now() -> None:
+    todo = [f for f in _formats() if f not in _registered]
     if not todo:
         return
     from vllm.model_executor.model_loader import register_model_loader
@@ -41,4 +51,52 @@ def register() -> None:
         _registered.add(load_format)
 
 
-__all__ = ["FORMAT", "TAKEOVER_ENV", "TENSORIZER_FORMAT", "register", "takes_over_tensorizer"]
+class _RegisterOnImport(importlib.abc.MetaPathFinder):
+    """Registers fastshard's loader right after vLLM's registry module has
+    been executed, whoever imports it."""
+
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != REGISTRY_MODULE:
+            return None
+        _remove_hook()
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        loader = spec.loader if spec is not None else None
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec  # not a plain package: left to the normal import
+        run = loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            run(module)
+            _register_now()
+
+        loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def _remove_hook() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _RegisterOnImport)]
+
+
+def register() -> None:
+    """Register fastshard's loader with vLLM's loader registry (now, or as
+    soon as that registry is imported)."""
+    if REGISTRY_MODULE in sys.modules:
+        _remove_hook()
+        _register_now()
+    elif not any(isinstance(f, _RegisterOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterOnImport())
+
+
+__all__ = [
+    "FORMAT",
+    "REGISTRY_MODULE",
+    "TAKEOVER_ENV",
+    "TENSORIZER_FORMAT",
+    "register",
+    "takes_over_tensorizer",
+]
