@@ -521,3 +521,18 @@ def test_ranks_from_vllms_gloo_groups(tmp_path: Path):
     for rc, out, err in outs:
         assert rc == 0, err[-4000:]
         assert out.split("\n")[:3] == ["ok tp-per-rank", "ok tp-hf-cooperative", "ok pp-per-rank"]
+
+
+def test_real_vllm_llama_on_cpu(tmp_path: Path):
+    """vLLM's get_model builds its LlamaForCausalLM on the CPU and loads it
+    through fastshard from an HF-layout file (same weights as vLLM's own
+    TensorizerLoader) and from a vLLM-tensorized rank file written from the
+    loaded model; post-load processing ran in both (vllm_llama_worker.py)."""
+    here = Path(__file__).resolve().parent
+    out = _run(
+        f"import runpy, sys; sys.argv = ['w', {str(tmp_path)!r}, '{_free_port()}']; "
+        f"runpy.run_path({str(here / 'vllm_llama_worker.py')!r}, run_name='__main__')",
+        extra_path=str(here),
+    )
+    assert "ok hf" in out
+    assert "ok vllm" in out
