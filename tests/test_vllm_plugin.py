@@ -477,20 +477,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_ranks_from_vllms_gloo_groups(tmp_path: Path):
+@pytest.mark.s3
+def test_ranks_from_vllms_gloo_groups(tmp_path: Path, seaweed):
     """Two processes with vLLM's own TP (then PP) groups over gloo load
-    per-rank files and, cooperatively, one HF-layout file."""
-    for d in ("tp", "hf", "pp"):
+    per-rank files and, cooperatively, one HF-layout file from the local S3
+    server, then per-rank PP files from local disk."""
+    for d in ("tp", "pp"):
         (tmp_path / d).mkdir()
+    prefix = f"s3://{seaweed.bucket}/vllm-gloo"
     for r in range(2):
-        _tensorize_vllm(
-            rank_model(hf_state_dict(seed=0), r, 2), tmp_path / f"tp/model-rank-{r:03d}.tensors"
-        )
-        _tensorize_vllm(
-            rank_model(hf_state_dict(seed=10 + r), 0, 1),
-            tmp_path / f"pp/model-rank-{r:03d}.tensors",
-        )
-    _write_hf(tmp_path / "hf/model.tensors", hf_state_dict(seed=7))
+        name = f"model-rank-{r:03d}.tensors"
+        _tensorize_vllm(rank_model(hf_state_dict(seed=0), r, 2), tmp_path / "tp" / name)
+        seaweed.upload(tmp_path / "tp" / name, f"vllm-gloo/tp/{name}")
+        _tensorize_vllm(rank_model(hf_state_dict(seed=10 + r), 0, 1), tmp_path / "pp" / name)
+    _write_hf(tmp_path / "hf.tensors", hf_state_dict(seed=7))
+    seaweed.upload(tmp_path / "hf.tensors", "vllm-gloo/hf/model.tensors")
+    keys = {
+        "s3_endpoint": seaweed.endpoint,
+        "s3_access_key_id": seaweed.access_key,
+        "s3_secret_access_key": seaweed.secret_key,
+    }
+    phases = [
+        {"tensorizer_uri": f"{prefix}/tp/model-rank-%03d.tensors", **keys},
+        {"tensorizer_uri": f"{prefix}/hf/model.tensors", "cooperative": True, **keys},
+        {"tensorizer_uri": str(tmp_path / "pp" / "model-rank-%03d.tensors")},
+    ]
     here = Path(__file__).resolve().parent
     env = {
         **os.environ,
@@ -499,9 +510,10 @@ def test_ranks_from_vllms_gloo_groups(tmp_path: Path):
         ),
     }
     port = str(_free_port())
+    argv = [json.dumps(p) for p in phases]
     procs = [
         subprocess.Popen(
-            [sys.executable, str(here / "vllm_tp_worker.py"), str(r), port, str(tmp_path)],
+            [sys.executable, str(here / "vllm_tp_worker.py"), str(r), port, *argv],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -521,6 +533,40 @@ def test_ranks_from_vllms_gloo_groups(tmp_path: Path):
     for rc, out, err in outs:
         assert rc == 0, err[-4000:]
         assert out.split("\n")[:3] == ["ok tp-per-rank", "ok tp-hf-cooperative", "ok pp-per-rank"]
+
+
+@pytest.mark.s3
+def test_encrypted_rank_files_and_keyfile_on_s3(monkeypatch, model_dir, tmp_path: Path, seaweed):
+    """tensorizer-style keys from vLLM's CLI: per-rank files and the key
+    file on S3, credentials and endpoint in stream_kwargs."""
+    key = EncryptionParams.random().key
+    (tmp_path / "key").write_bytes(key)
+    key_uri = seaweed.upload(tmp_path / "key", "vllm-enc/key")
+    refs = {}
+    for r in range(2):
+        refs[r] = rank_model(hf_state_dict(seed=4), r, 2)
+        path = tmp_path / f"model-rank-{r:02d}.tensors"
+        _tensorize_vllm(refs[r], path, key=key)
+        seaweed.upload(path, f"vllm-enc/model-rank-{r:02d}.tensors")
+    extra = {
+        "tensorizer_uri": f"s3://{seaweed.bucket}/vllm-enc/model-rank-%02d.tensors",
+        "encryption_keyfile": key_uri,
+        "stream_kwargs": {
+            "s3_endpoint": seaweed.endpoint,
+            "s3_access_key_id": seaweed.access_key,
+            "s3_secret_access_key": seaweed.secret_key,
+        },
+        "deserialization_kwargs": {"verify_hash": True, "num_readers": 4},
+    }
+    lc = _cli_load_config(
+        model_dir, "--load-format", "tensorizer", "--model-loader-extra-config", json.dumps(extra)
+    )
+    loader = _loader("tensorizer", lc.model_loader_extra_config)
+    for r in range(2):
+        _set_ranks(monkeypatch, r, 2)
+        model = TinyForCausalLM(r, 2)
+        loader.load_weights(model, _ModelConfig())
+        _assert_same(model, refs[r])
 
 
 def test_real_vllm_llama_on_cpu(tmp_path: Path):

@@ -1,10 +1,12 @@
 """One worker of test_vllm_plugin's gloo tests: vLLM's own distributed
 groups (TP=2, then PP=2) on 2 CPU processes, loading through the plugin.
 
-Usage: python vllm_tp_worker.py RANK PORT DIR; prints "ok <phase>" lines."""
+Usage: python vllm_tp_worker.py RANK PORT TP_EXTRA HF_EXTRA PP_EXTRA, each
+EXTRA the JSON model_loader_extra_config of that phase; prints "ok <phase>"."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -38,7 +40,8 @@ def _load(extra: dict, model: torch.nn.Module) -> None:
 
 
 def main() -> None:
-    rank, port, root = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+    rank, port = int(sys.argv[1]), sys.argv[2]
+    tp_extra, hf_extra, pp_extra = (json.loads(a) for a in sys.argv[3:6])
     fv.register()
     with set_current_vllm_config(VllmConfig()):
         ps.init_distributed_environment(
@@ -51,18 +54,18 @@ def main() -> None:
         ps.initialize_model_parallel(tensor_model_parallel_size=2)
         tp = ps.get_tp_group().rank_in_group
         model = TinyForCausalLM(tp, 2)
-        _load({"tensorizer_uri": f"{root}/tp/model-rank-%03d.tensors"}, model)
+        _load(tp_extra, model)
         _check(model, rank_model(hf_state_dict(seed=0), tp, 2), "tp-per-rank")
 
         model = TinyForCausalLM(tp, 2)
-        _load({"tensorizer_uri": f"{root}/hf/model.tensors", "cooperative": True}, model)
+        _load(hf_extra, model)
         _check(model, rank_model(hf_state_dict(seed=7), tp, 2), "tp-hf-cooperative")
 
         ps.destroy_model_parallel()
         ps.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=2)
         pp = ps.get_pp_group().rank_in_group
         model = TinyForCausalLM(0, 1)
-        _load({"tensorizer_uri": f"{root}/pp/model-rank-%03d.tensors"}, model)
+        _load(pp_extra, model)
         _check(model, rank_model(hf_state_dict(seed=10 + pp), 0, 1), "pp-per-rank")
         ps.destroy_model_parallel()
         ps.destroy_distributed_environment()
