@@ -582,3 +582,92 @@ def test_real_vllm_llama_on_cpu(tmp_path: Path):
     )
     assert "ok hf" in out
     assert "ok vllm" in out
+
+
+# -- serialization -------------------------------------------------------------
+
+
+def _model_dir_with_artifacts(root: Path) -> Path:
+    d = root / "hf-model"
+    d.mkdir()
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "modeling_tiny.py"):
+        (d / name).write_text(f"{name}\n")
+    for name in ("model.safetensors", "README.md", "old.tensors"):
+        (d / name).write_text("not an artifact\n")
+    (d / "sub").mkdir()
+    return d
+
+
+class _FakeLLM:
+    """What serialize() uses of vllm.LLM: collective_rpc by method name on
+    every worker (here: in this process, one per TP rank) and the model
+    config."""
+
+    def __init__(self, monkeypatch, models, model_dir: Path) -> None:
+        from types import SimpleNamespace
+
+        self.monkeypatch, self.models = monkeypatch, models
+        self.llm_engine = SimpleNamespace(
+            model_config=SimpleNamespace(model=str(model_dir), revision=None)
+        )
+
+    def collective_rpc(self, method: str, kwargs: dict):
+        from fastshard.vllm.serialize import FastshardWorkerExtension
+
+        class Worker(FastshardWorkerExtension):
+            def __init__(self, model):
+                self.model = model
+
+            def get_model(self):
+                return self.model
+
+        out = []
+        for r, m in enumerate(self.models):
+            _set_ranks(self.monkeypatch, r, len(self.models))
+            out.append(getattr(Worker(m), method)(**json.loads(json.dumps(kwargs))))
+        return out
+
+
+def _serialize_and_load_back(monkeypatch, tmp_path: Path, uri: str, opts: dict) -> list[str]:
+    from fastshard.vllm.serialize import serialize
+
+    hf = hf_state_dict(seed=5)
+    refs = [rank_model(hf, r, 2) for r in range(2)]
+    llm = _FakeLLM(monkeypatch, refs, _model_dir_with_artifacts(tmp_path))
+    location = serialize(llm, uri, **opts)
+    assert location.endswith("fastshard-manifest.json")
+    loader = _loader("fastshard", {"uri": uri, **opts})
+    for r in range(2):
+        _set_ranks(monkeypatch, r, 2)
+        assert loader.plan(_ModelConfig()).layout == "vllm"
+        model = TinyForCausalLM(r, 2)
+        loader.load_weights(model, _ModelConfig())
+        _assert_same(model, refs[r])
+        assert not hasattr(refs[r], MARKER)
+    return location
+
+
+def test_serialize_through_a_worker_extension(monkeypatch, tmp_path: Path):
+    out = tmp_path / "out"
+    _serialize_and_load_back(monkeypatch, tmp_path, f"{out}/", {})
+    names = sorted(p.name for p in out.iterdir())
+    assert names == [
+        "config.json",
+        "fastshard-manifest.json",
+        "generation_config.json",
+        "model-rank-000.tensors",
+        "model-rank-001.tensors",
+        "modeling_tiny.py",
+        "tokenizer.json",
+    ]
+    manifest = json.loads((out / "fastshard-manifest.json").read_text())
+    assert manifest["world_size"] == 2
+    with fastshard.open(out / "model-rank-001.tensors") as f:
+        assert ".vllm_tensorized_marker" in f.keys()
+
+
+@pytest.mark.s3
+def test_serialize_to_s3(monkeypatch, tmp_path: Path, seaweed):
+    uri = f"s3://{seaweed.bucket}/vllm-serialized/"
+    _serialize_and_load_back(monkeypatch, tmp_path, uri, seaweed.opts())
+    assert seaweed.get(uri + "config.json") == b"config.json\n"
