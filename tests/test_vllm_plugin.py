@@ -582,6 +582,7 @@ def test_real_vllm_llama_on_cpu(tmp_path: Path):
     )
     assert "ok hf" in out
     assert "ok vllm" in out
+    assert "ok fastshard-save" in out
 
 
 # -- serialization -------------------------------------------------------------

@@ -22,7 +22,9 @@ from vllm.model_executor.model_loader import get_model  # noqa: E402
 from vllm.model_executor.model_loader.tensorizer_loader import TensorizerLoader  # noqa: E402
 
 import fastshard.vllm as fv  # noqa: E402
+from fastshard.shard import write_manifest  # noqa: E402
 from fastshard.vllm.loader import MARKER, FastshardModelLoader  # noqa: E402
+from fastshard.vllm.serialize import save_rank  # noqa: E402
 
 
 def _config(model_dir: str, load_format: str, extra: dict) -> VllmConfig:
@@ -118,6 +120,18 @@ def main() -> None:
         _same(again, model, "vllm")
         assert _post_processed(again) and not again.training and not hasattr(again, MARKER)
         print("ok vllm", flush=True)
+
+        # fastshard's own per-rank writer on the live vLLM model (what the
+        # worker extension runs), served back from the directory.
+        out = save_rank(model, os.path.join(root, "fs") + "/")
+        assert out["rank"] == 0 and out["world_size"] == 1, out
+        write_manifest(os.path.join(root, "fs", "model-rank-%03d.tensors"), [out["size"]], "test")
+        vc3 = _config(model_dir, "fastshard", {"uri": os.path.join(root, "fs")})
+        with set_current_vllm_config(vc3):
+            third = get_model(vllm_config=vc3)
+        _same(third, model, "fastshard-save")
+        assert _post_processed(third) and not hasattr(model, MARKER)
+        print("ok fastshard-save", flush=True)
         ps.destroy_model_parallel()
         ps.destroy_distributed_environment()
 
