@@ -38,6 +38,7 @@ from vllm_like_model import TinyForCausalLM, hf_state_dict, rank_model
 
 import fastshard
 import fastshard.vllm as fv
+from fastshard import cli
 from fastshard.vllm import config as fconfig
 from fastshard.vllm import ranks as franks
 from fastshard.vllm.loader import MARKER, FastshardModelLoader
@@ -654,6 +655,7 @@ def test_serialize_through_a_worker_extension(monkeypatch, tmp_path: Path):
     names = sorted(p.name for p in out.iterdir())
     assert names == [
         "config.json",
+        "fastshard-artifacts.json",
         "fastshard-manifest.json",
         "generation_config.json",
         "model-rank-000.tensors",
@@ -668,7 +670,74 @@ def test_serialize_through_a_worker_extension(monkeypatch, tmp_path: Path):
 
 
 @pytest.mark.s3
-def test_serialize_to_s3(monkeypatch, tmp_path: Path, seaweed):
+def test_serialize_to_s3_and_serve(monkeypatch, tmp_path: Path, seaweed, capsys):
     uri = f"s3://{seaweed.bucket}/vllm-serialized/"
     _serialize_and_load_back(monkeypatch, tmp_path, uri, seaweed.opts())
     assert seaweed.get(uri + "config.json") == b"config.json\n"
+    # fastshard serve: S3 settings from the environment, as vLLM's workers get them.
+    monkeypatch.setenv("S3_ENDPOINT_URL", seaweed.endpoint)
+    monkeypatch.setenv("S3_ACCESS_KEY_ID", seaweed.access_key)
+    monkeypatch.setenv("S3_SECRET_ACCESS_KEY", seaweed.secret_key)
+    cache_root = tmp_path / "cache"
+    argv = ["serve", "--cache-dir", str(cache_root), "--print-command", uri]
+    assert cli.main([*argv, "--tensor-parallel-size", "2"]) == 0
+    info, command = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    cache = Path(info["cache"])
+    assert cache.parent.parent == cache_root
+    assert sorted(p.name for p in cache.iterdir()) == [
+        "config.json",
+        "generation_config.json",
+        "modeling_tiny.py",
+        "tokenizer.json",
+    ]
+    assert (cache / "tokenizer.json").read_text() == "tokenizer.json\n"
+    assert command[:5] == ["vllm", "serve", str(cache), "--load-format", "fastshard"]
+    assert json.loads(command[6]) == {"uri": uri}
+    assert command[7:] == ["--tensor-parallel-size", "2"]
+
+
+def _write_index(d: Path, files: list[dict]) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    index = {"format": "fastshard-artifacts", "version": 1, "files": files}
+    (d / "fastshard-artifacts.json").write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize("name", ["../evil", "a/../../evil", "..", "/etc/evil", "sub\\evil", ""])
+def test_serve_refuses_names_escaping_the_cache(tmp_path: Path, name):
+    from fastshard.vllm.artifacts import fetch_artifacts
+
+    src = tmp_path / "src"
+    _write_index(
+        src,
+        [
+            {"name": "config.json", "size": 0, "sha256": "x"},
+            {"name": name, "size": 1, "sha256": "y"},
+        ],
+    )
+    (tmp_path / "evil").write_text("untouched")
+    with pytest.raises(fastshard.InvalidArgumentError, match="escape"):
+        fetch_artifacts(f"{src}/", tmp_path / "cache" / "m", {})
+    assert (tmp_path / "evil").read_text() == "untouched"
+    assert not (tmp_path / "cache" / "m").exists()  # refused before anything was written
+
+
+def test_serve_checks_fetched_artifacts(tmp_path: Path):
+    from fastshard.vllm.artifacts import copy_artifacts, fetch_artifacts
+
+    src = _model_dir_with_artifacts(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    copy_artifacts(src, f"{out}/", {})
+    (out / "config.json").write_text("changed\n")
+    with pytest.raises(fastshard.IntegrityError, match="config.json"):
+        fetch_artifacts(f"{out}/", tmp_path / "cache", {})
+    (out / "fastshard-artifacts.json").unlink()
+    with pytest.raises(fastshard.NotFoundError, match="serialize"):
+        fetch_artifacts(f"{out}/", tmp_path / "cache", {})
+
+
+def test_serve_owns_the_load_format(tmp_path: Path):
+    from fastshard.vllm.serve import vllm_command
+
+    with pytest.raises(SystemExit, match="--load-format"):
+        vllm_command("s3://b/m/", tmp_path, ["--load-format=auto"], {})

@@ -1,4 +1,4 @@
-"""``fastshard inspect`` and ``fastshard verify``.
+"""``fastshard inspect``, ``fastshard verify`` and ``fastshard serve`` (vllm/serve.py).
 
 Uses the native reader directly (no torch import): inspecting or verifying a
 file should start in milliseconds and work where torch is not installed.
@@ -152,7 +152,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fastshard", description="Inspect and verify tensorizer .tensors files."
+        prog="fastshard",
+        description="Inspect and verify tensorizer .tensors files; serve them with vLLM.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="list the tensors in a file")
@@ -168,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes of tensors read per batch (bounds memory; default 256 MiB)",
     )
     p.set_defaults(func=cmd_verify)
+    from .vllm import serve  # no torch or vLLM import: serve execs vLLM
+
+    serve.add_parser(sub)
     return parser
 
 

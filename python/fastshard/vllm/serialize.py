@@ -6,46 +6,30 @@ Each worker writes its own rank's live (post-processed) module, with vLLM's
 the driver calls by name with ``collective_rpc`` (no pickled closures):
 start vLLM with ``worker_extension_cls=WORKER_EXTENSION``. The driver then
 writes ``fastshard-manifest.json`` and copies the model's non-weight files
-(config, generation config, tokenizer, ``*.py``) beside the weights, so the
-directory serves with ``--load-format fastshard`` or ``tensorizer``.
+(config, generation config, tokenizer, ``*.py``; ``artifacts.py``) beside
+the weights, so the directory serves with ``--load-format fastshard`` or
+``tensorizer``, and an S3 prefix with ``fastshard serve``.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from .. import __version__, _native, shard, writer
+from .. import __version__, shard, writer
 from ..errors import InvalidArgumentError
 from ..reader import source_options
 from . import ranks as _ranks
+from .artifacts import copy_artifacts, model_directory
 from .loader import MARKER, encryption_key
 
 log = logging.getLogger("fastshard")
 
 WORKER_EXTENSION = "fastshard.vllm.serialize.FastshardWorkerExtension"
 SAVE_METHOD = "fastshard_save_rank"
-
-# What vLLM's serialize_extra_artifacts leaves out, plus weights of any kind
-# and fastshard's own manifest: everything else at the top of the model
-# directory is an artifact vLLM may need to serve the model.
-_NOT_ARTIFACTS = (
-    "*.pt",
-    "*.pth",
-    "*.safetensors",
-    "*.bin",
-    "*.tensors",
-    "*.cache",
-    "*.gitattributes",
-    "*.md",
-    "*.lock",
-    shard.MANIFEST_NAME,
-)
 
 
 def _template(uri: str) -> str:
@@ -103,30 +87,6 @@ class FastshardWorkerExtension:
     def fastshard_save_rank(self, uri: str, options: dict[str, Any]) -> dict[str, Any]:
         model = self.get_model()  # type: ignore[attr-defined]
         return save_rank(model, uri, **options)
-
-
-def artifact_names(names: list[str]) -> list[str]:
-    """The file names among ``names`` that are artifacts (not weights)."""
-    return sorted(n for n in names if not any(fnmatch.fnmatch(n, p) for p in _NOT_ARTIFACTS))
-
-
-def model_directory(model: str, revision: str | None = None) -> Path:
-    """The local directory of vLLM's ``--model``: itself, or its snapshot in
-    the Hugging Face cache (already there: vLLM loaded the model from it)."""
-    if os.path.isdir(model):
-        return Path(model)
-    from huggingface_hub import snapshot_download
-
-    return Path(snapshot_download(model, revision=revision, local_files_only=True))
-
-
-def copy_artifacts(source: Path, dest_dir: str, opts: dict[str, Any]) -> list[str]:
-    """Copy the artifacts at the top of ``source`` into ``dest_dir`` (a local
-    directory or an ``s3://`` prefix ending in "/"); returns their names."""
-    names = artifact_names([p.name for p in source.iterdir() if p.is_file()])
-    for name in names:
-        _native.write_object(dest_dir + name, (source / name).read_bytes(), **opts)
-    return names
 
 
 def serialize(
