@@ -741,3 +741,38 @@ def test_serve_owns_the_load_format(tmp_path: Path):
 
     with pytest.raises(SystemExit, match="--load-format"):
         vllm_command("s3://b/m/", tmp_path, ["--load-format=auto"], {})
+
+
+def test_serialize_command(monkeypatch, tmp_path: Path, capsys):
+    """`fastshard serialize`: vLLM's parser takes the engine arguments, the LLM
+    gets fastshard's worker extension, every rank is written. (A real vLLM
+    engine cannot start on these CPU machines: a stand-in LLM runs the ranks.)"""
+    import vllm as vllm_module
+
+    from fastshard.vllm.serialize import WORKER_EXTENSION
+
+    hf = hf_state_dict(seed=9)
+    refs = [rank_model(hf, r, 2) for r in range(2)]
+    seen = {}
+
+    def fake_llm(**kwargs):
+        seen.update(kwargs)
+        return _FakeLLM(monkeypatch, refs, Path(kwargs["model"]))
+
+    monkeypatch.setattr(vllm_module, "LLM", fake_llm)
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text("{}\n")
+    out = tmp_path / "out"
+    argv = ["serialize", f"{out}/", "--model", str(model_dir), "--tensor-parallel-size", "2"]
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out.strip() == f"{out}/fastshard-manifest.json"
+    assert seen["worker_extension_cls"] == WORKER_EXTENSION
+    assert (seen["model"], seen["tensor_parallel_size"]) == (str(model_dir), 2)
+    assert (out / "config.json").read_text() == "{}\n"
+    loader = _loader("fastshard", {"uri": str(out)})
+    for r in range(2):
+        _set_ranks(monkeypatch, r, 2)
+        model = TinyForCausalLM(r, 2)
+        loader.load_weights(model, _ModelConfig())
+        _assert_same(model, refs[r])

@@ -169,9 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="bytes of tensors read per batch (bounds memory; default 256 MiB)",
     )
     p.set_defaults(func=cmd_verify)
-    from .vllm import serve  # no torch or vLLM import: serve execs vLLM
+    from .vllm import serialize_cli, serve  # import neither torch nor vLLM until run
 
     serve.add_parser(sub)
+    serialize_cli.add_parser(sub)
     return parser
 
 

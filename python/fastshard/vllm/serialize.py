@@ -25,11 +25,9 @@ from ..reader import source_options
 from . import ranks as _ranks
 from .artifacts import copy_artifacts, model_directory
 from .loader import MARKER, encryption_key
+from .serialize_names import SAVE_METHOD, WORKER_EXTENSION
 
 log = logging.getLogger("fastshard")
-
-WORKER_EXTENSION = "fastshard.vllm.serialize.FastshardWorkerExtension"
-SAVE_METHOD = "fastshard_save_rank"
 
 
 def _template(uri: str) -> str:
@@ -132,3 +130,6 @@ def serialize(
         copied = copy_artifacts(source, dest_dir, source_opts)
         log.info("fastshard: copied %d artifacts to %s: %s", len(copied), dest_dir, copied)
     return location
+
+
+__all__ = ["SAVE_METHOD", "WORKER_EXTENSION", "FastshardWorkerExtension", "save_rank", "serialize"]
