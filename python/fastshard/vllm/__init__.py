@@ -64,10 +64,15 @@ class _RegisterOnImport(importlib.abc.MetaPathFinder):
         if fullname != REGISTRY_MODULE:
             return None
         _remove_hook()
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        spec = None
+        for finder in sys.meta_path:  # the finders after this one (editable installs too)
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
         loader = spec.loader if spec is not None else None
         if loader is None or not hasattr(loader, "exec_module"):
-            return spec  # not a plain package: left to the normal import
+            return spec  # nothing this hook can wrap: register() must run again later
         run = loader.exec_module
 
         def exec_module(module: ModuleType) -> None:
