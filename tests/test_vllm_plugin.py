@@ -448,7 +448,9 @@ def _write_hf(path: Path, sd: dict[str, torch.Tensor]) -> None:
 def test_hf_layout_feeds_model_load_weights(monkeypatch, tmp_path: Path):
     hf = hf_state_dict(seed=3)
     _write_hf(tmp_path / "model.tensors", hf)
-    loader = _loader("tensorizer", {"tensorizer_uri": str(tmp_path / "model.tensors")})
+    # A small max_host_bytes: the weights reach load_weights in many batches.
+    extra = {"tensorizer_uri": str(tmp_path / "model.tensors"), "max_host_bytes": 2048}
+    loader = _loader("tensorizer", extra)
     for r in range(2):
         _set_ranks(monkeypatch, r, 2)
         assert loader.plan(_ModelConfig()).layout == "hf"
@@ -500,7 +502,12 @@ def test_ranks_from_vllms_gloo_groups(tmp_path: Path, seaweed):
     }
     phases = [
         {"tensorizer_uri": f"{prefix}/tp/model-rank-%03d.tensors", **keys},
-        {"tensorizer_uri": f"{prefix}/hf/model.tensors", "cooperative": True, **keys},
+        {
+            "tensorizer_uri": f"{prefix}/hf/model.tensors",
+            "cooperative": True,
+            "max_host_bytes": 4096,  # several shared batches
+            **keys,
+        },
         {"tensorizer_uri": str(tmp_path / "pp" / "model-rank-%03d.tensors")},
     ]
     here = Path(__file__).resolve().parent

@@ -48,6 +48,7 @@ from .config import LoaderConfig, parse_extra_config
 log = logging.getLogger("fastshard")
 
 MARKER = "vllm_tensorized_marker"
+_HF_BATCH_BYTES = 1 << 30
 _KEY_MAX_BYTES = 64
 
 
@@ -189,24 +190,8 @@ class FastshardModelLoader(BaseModelLoader):
 
     def _load_hf(self, model: nn.Module, model_config: ModelConfig, plan: Plan) -> None:
         opts = self.open_options()
-        ranks = plan.ranks
-        if self.config.cooperative and ranks.tp_size > 1:
-            # Every rank needs every full tensor (the weight loaders slice):
-            # the TP group fetches each byte once and shares it.
-            state = fastshard.load_state_dict(
-                plan.uri,
-                rank=ranks.tp_rank,
-                world_size=ranks.tp_size,
-                shard_specs={"*": None},
-                cooperative=True,
-                group=ranks.tp_group,
-                **opts,
-            )
-        else:
-            state = fastshard.load_state_dict(plan.uri, **opts)
-        if not isinstance(state, dict):
-            raise InvalidArgumentError(f"{plan.file} holds no flat state dict", uri=plan.file)
-        loaded = model.load_weights(_named(state))
+        with fastshard.open(plan.uri, **opts) as f:
+            loaded = model.load_weights(self._hf_weights(f, plan.ranks))
         if isinstance(loaded, set) and model_config.quantization is None:
             missing = sorted(n for n, _ in model.named_parameters() if n not in loaded)
             if missing:
@@ -219,10 +204,43 @@ class FastshardModelLoader(BaseModelLoader):
                     uri=plan.file,
                 )
 
+    def _hf_weights(
+        self, f: fastshard.TensorFile, ranks: _ranks.Ranks
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """The file's tensors, whole, in batches of at most ``max_host_bytes``
+        (1 GiB by default; a larger tensor alone), so host memory stays
+        bounded while ``model.load_weights`` takes them. With ``cooperative``
+        the TP ranks fetch each batch once between them and share it: every
+        rank walks the same batches, in the same order."""
+        limit = self.config.open_opts.get("max_host_bytes", _HF_BATCH_BYTES)
+        share = self.config.cooperative and ranks.tp_size > 1
+        for batch in _batches(f.infos(), limit):
+            if share:
+                state = f.load_state_dict(
+                    names=batch,
+                    rank=ranks.tp_rank,
+                    world_size=ranks.tp_size,
+                    shard_specs={"*": None},
+                    cooperative=True,
+                    group=ranks.tp_group,
+                )
+            else:
+                state = f.load_state_dict(names=batch)
+            if not isinstance(state, dict):
+                raise InvalidArgumentError(f"{f.uri} holds nested tensors, not weights", uri=f.uri)
+            for name in list(state):
+                # write_module's root tensors are named ".name"
+                yield str(name).lstrip("."), state.pop(name)
 
-def _named(state: dict[Any, Any]) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, tensor) pairs with write_module's leading "." of root tensors
-    removed; each tensor is dropped from ``state`` as it is handed over, so
-    host memory shrinks while the model takes the weights."""
-    for name in list(state):
-        yield str(name).lstrip("."), state.pop(name)
+
+def _batches(infos: list[fastshard.TensorInfo], limit: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    held = 0
+    for info in infos:
+        if batch and held + info.nbytes > limit:
+            yield batch
+            batch, held = [], 0
+        batch.append(info.name)
+        held += info.nbytes
+    if batch:
+        yield batch
