@@ -19,7 +19,7 @@ from servers import Nginx, SeaweedFS, require_binary
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-# Every dtype tensorizer 2.12.1 round-trips with torch 2.13 (checked by
+# Every dtype tensorizer 2.12.1 round-trips with torch 2.13 and 2.14 (checked by
 # writing and reading each one with tensorizer itself).
 DTYPE_NAMES = [
     "float32",

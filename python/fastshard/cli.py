@@ -1,4 +1,5 @@
-"""``fastshard inspect``, ``fastshard verify`` and ``fastshard bench``.
+"""``fastshard inspect``, ``fastshard verify``, ``fastshard bench``, and
+``fastshard serve`` / ``fastshard serialize`` (fastshard/vllm/).
 
 Uses the native reader directly (no torch import): inspecting or verifying a
 file should start in milliseconds and work where torch is not installed.
@@ -174,7 +175,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastshard",
-        description="Inspect, verify and benchmark tensorizer .tensors files.",
+        description="Inspect, verify and benchmark tensorizer .tensors files; serve them with vLLM.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="list the tensors in a file")
@@ -206,6 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.build_parser(p)
     p.set_defaults(func=bench.run_args)
+    from .vllm import serialize_cli, serve  # import neither torch nor vLLM until run
+
+    serve.add_parser(sub)
+    serialize_cli.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,129 @@
+"""A served model's non-weight files (config, generation config, tokenizer,
+``*.py``): copied beside the weights when serializing, listed in
+``fastshard-artifacts.json`` there, and fetched back into a local cache by
+``fastshard serve`` (vLLM needs them on local disk; object stores cannot be
+listed through fastshard, so the index says what to fetch).
+
+Imports neither torch nor vLLM: ``fastshard serve`` runs before vLLM starts.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from .. import _native
+from ..errors import IntegrityError, InvalidArgumentError, NotFoundError
+from ..shard import MANIFEST_NAME
+
+INDEX_NAME = "fastshard-artifacts.json"
+INDEX_FORMAT = "fastshard-artifacts"
+INDEX_VERSION = 1
+MAX_ARTIFACT_BYTES = 256 << 20  # tokenizers are tens of MB at most
+
+# What vLLM's serialize_extra_artifacts leaves out, plus weights of any kind
+# and fastshard's own files: everything else at the top of the model
+# directory is an artifact vLLM may need to serve the model.
+_NOT_ARTIFACTS = (
+    "*.pt",
+    "*.pth",
+    "*.safetensors",
+    "*.bin",
+    "*.tensors",
+    "*.cache",
+    "*.gitattributes",
+    "*.md",
+    "*.lock",
+    MANIFEST_NAME,
+    INDEX_NAME,
+)
+
+
+def artifact_names(names: list[str]) -> list[str]:
+    """The file names among ``names`` that are artifacts (not weights)."""
+    return sorted(n for n in names if not any(fnmatch.fnmatch(n, p) for p in _NOT_ARTIFACTS))
+
+
+def model_directory(model: str, revision: str | None = None) -> Path:
+    """The local directory of vLLM's ``--model``: itself, or its snapshot in
+    the Hugging Face cache (already there: vLLM loaded the model from it)."""
+    if os.path.isdir(model):
+        return Path(model)
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(model, revision=revision, local_files_only=True))
+
+
+def copy_artifacts(source: Path, dest_dir: str, opts: dict[str, Any]) -> list[str]:
+    """Copy the artifacts at the top of ``source`` into ``dest_dir`` (a local
+    directory or an ``s3://`` prefix, ending in "/") and write the index
+    listing them; returns their names."""
+    names = artifact_names([p.name for p in source.iterdir() if p.is_file()])
+    files = []
+    for name in names:
+        data = (source / name).read_bytes()
+        _native.write_object(dest_dir + name, data, **opts)
+        files.append({"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    index = {"format": INDEX_FORMAT, "version": INDEX_VERSION, "files": files}
+    _native.write_object(
+        dest_dir + INDEX_NAME, (json.dumps(index, indent=1) + "\n").encode(), **opts
+    )
+    return names
+
+
+def safe_name(name: object) -> str:
+    """``name`` if it is a plain file name that stays inside a directory."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or name in (".", "..")
+        or "/" in name
+        or "\\" in name
+        or "\0" in name
+        or os.path.isabs(name)
+    ):
+        raise InvalidArgumentError(f"artifact name {name!r} would escape the cache directory")
+    return name
+
+
+def fetch_artifacts(prefix: str, cache_dir: Path, opts: dict[str, Any]) -> list[Path]:
+    """Fetch the artifacts listed in ``prefix``'s index into ``cache_dir``,
+    each checked against its size and SHA-256; returns their paths."""
+    if not prefix.endswith("/"):
+        prefix += "/"
+    raw = _native.read_object(prefix + INDEX_NAME, max_bytes=4 << 20, **opts)
+    if raw is None:
+        raise NotFoundError(
+            f"{prefix}{INDEX_NAME} does not exist: serialize the model with fastshard "
+            "(fastshard.vllm.serialize), which writes it",
+            uri=prefix + INDEX_NAME,
+        )
+    try:
+        index = json.loads(raw)
+        if index.get("format") != INDEX_FORMAT or index.get("version") != INDEX_VERSION:
+            raise ValueError(f"format {index.get('format')!r} version {index.get('version')!r}")
+        entries = [(e["name"], int(e["size"]), str(e["sha256"])) for e in index["files"]]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise InvalidArgumentError(f"unreadable {prefix}{INDEX_NAME}: {e}") from e
+    names = [safe_name(name) for name, _, _ in entries]  # all checked before any write
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    root = cache_dir.resolve()
+    out = []
+    for name, (_, size, digest) in zip(names, entries, strict=True):
+        target = (root / name).resolve()
+        if target.parent != root:  # a symlink planted in the cache, for one
+            raise InvalidArgumentError(f"artifact {name!r} would escape {root}")
+        data = _native.read_object(prefix + name, max_bytes=MAX_ARTIFACT_BYTES, **opts)
+        if data is None:
+            raise NotFoundError(f"{prefix}{name} is listed but missing", uri=prefix + name)
+        if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
+            raise IntegrityError(f"{prefix}{name} differs from its entry in {INDEX_NAME}")
+        tmp = target.with_name(f".{name}.part")
+        tmp.write_bytes(data)
+        os.replace(tmp, target)
+        out.append(target)
+    return out

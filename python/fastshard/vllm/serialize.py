@@ -1,0 +1,135 @@
+"""Writing a running vLLM model as fastshard per-rank files.
+
+Each worker writes its own rank's live (post-processed) module, with vLLM's
+``vllm_tensorized_marker``, to ``template`` formatted with its file rank
+(``ranks.py``: PP stages included), through a worker extension method that
+the driver calls by name with ``collective_rpc`` (no pickled closures):
+start vLLM with ``worker_extension_cls=WORKER_EXTENSION``. The driver then
+writes ``fastshard-manifest.json`` and copies the model's non-weight files
+(config, generation config, tokenizer, ``*.py``; ``artifacts.py``) beside
+the weights, so the directory serves with ``--load-format fastshard`` or
+``tensorizer``, and an S3 prefix with ``fastshard serve``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import torch
+
+from .. import __version__, shard, writer
+from ..errors import InvalidArgumentError
+from ..reader import source_options
+from . import ranks as _ranks
+from .artifacts import copy_artifacts, model_directory
+from .loader import MARKER, encryption_key
+from .serialize_names import SAVE_METHOD, WORKER_EXTENSION
+
+log = logging.getLogger("fastshard")
+
+
+def _template(uri: str) -> str:
+    """The per-rank template for ``uri``; a local directory is created."""
+    if shard.is_directory(uri) or uri.endswith("/"):
+        uri = uri.rstrip("/") + "/" + shard.DEFAULT_TEMPLATE
+    if not shard.is_template(uri):
+        raise InvalidArgumentError(
+            f"{uri!r} is neither a directory nor a per-rank template (model-rank-%03d.tensors)"
+        )
+    path = shard.local_path(uri)
+    if path is not None and os.path.dirname(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    return uri
+
+
+def save_rank(
+    model: torch.nn.Module,
+    uri: str,
+    *,
+    encryption_keyfile: str | None = None,
+    **opts: Any,
+) -> dict[str, Any]:
+    """Write this worker's rank of ``model`` to ``uri`` (a template or a
+    directory); returns ``{"rank", "world_size", "uri", "size", "sha256"}``."""
+    ranks = _ranks.current()
+    template = _template(uri)
+    target = shard.format_rank(template, ranks.file_rank)
+    native = dict(opts)
+    if encryption_keyfile is not None:
+        native["encryption"] = encryption_key(encryption_keyfile, opts)
+    added = not hasattr(model, MARKER)
+    if added:
+        marker = torch.tensor((1,), device="meta")
+        model.register_parameter(MARKER, torch.nn.Parameter(marker, requires_grad=False))
+    try:
+        size, digest = writer._write(
+            target, writer._entries(model), None, writer._native_opts(native), sha256=True
+        )
+    finally:
+        if added:
+            del model._parameters[MARKER]
+    return {
+        "rank": ranks.file_rank,
+        "world_size": ranks.file_count,
+        "uri": target,
+        "size": size,
+        "sha256": digest,
+    }
+
+
+class FastshardWorkerExtension:
+    """vLLM worker extension (``worker_extension_cls=WORKER_EXTENSION``)."""
+
+    def fastshard_save_rank(self, uri: str, options: dict[str, Any]) -> dict[str, Any]:
+        model = self.get_model()  # type: ignore[attr-defined]
+        return save_rank(model, uri, **options)
+
+
+def serialize(
+    llm: Any,
+    uri: str,
+    *,
+    encryption_keyfile: str | None = None,
+    artifacts: bool = True,
+    **opts: Any,
+) -> str:
+    """Write every rank of ``llm`` (a ``vllm.LLM`` started with
+    ``worker_extension_cls=WORKER_EXTENSION``) to ``uri`` (a directory or
+    template, local or ``s3://``), then the manifest and, with
+    ``artifacts``, the model's non-weight files; returns the manifest's
+    location. ``opts`` are fastshard's source options (S3 endpoint,
+    credentials...)."""
+    template = _template(uri)
+    source_opts = source_options(opts)
+    shard.remove_stale_manifest(template, source_opts)
+    options = dict(opts)
+    if encryption_keyfile is not None:
+        options["encryption_keyfile"] = encryption_keyfile
+    results = llm.collective_rpc(SAVE_METHOD, kwargs={"uri": template, "options": options})
+    by_rank = {r["rank"]: r for r in results}
+    world = {r["world_size"] for r in results}
+    if len(world) != 1 or sorted(by_rank) != list(range(next(iter(world)))):
+        raise InvalidArgumentError(
+            f"workers wrote ranks {sorted(by_rank)} of world sizes {sorted(world)}: "
+            "expected each rank once"
+        )
+    ordered = [by_rank[r] for r in sorted(by_rank)]
+    location = shard.write_manifest(
+        template,
+        [r["size"] for r in ordered],
+        __version__,
+        sha256s=[r["sha256"] for r in ordered],
+        source_opts=source_opts,
+    )
+    if artifacts:
+        model_config = llm.llm_engine.model_config
+        source = model_directory(str(model_config.model), model_config.revision)
+        dest_dir = template[: template.rfind("/") + 1]
+        copied = copy_artifacts(source, dest_dir, source_opts)
+        log.info("fastshard: copied %d artifacts to %s: %s", len(copied), dest_dir, copied)
+    return location
+
+
+__all__ = ["SAVE_METHOD", "WORKER_EXTENSION", "FastshardWorkerExtension", "save_rank", "serialize"]

@@ -1,0 +1,94 @@
+"""``fastshard serve s3://bucket/prefix [vllm serve arguments...]``.
+
+vLLM refuses ``s3://`` model paths for load formats other than Run:ai's
+(its issue #32807), so the model's non-weight files are fetched into a local
+cache (``artifacts.py``: listed by the index serialization wrote, names that
+would leave the cache refused) and ``vllm serve <cache> --load-format
+fastshard`` is executed with the weights' ``uri`` set to the prefix. S3
+credentials and endpoint come from the environment (``S3_ENDPOINT_URL``,
+``S3_ACCESS_KEY_ID``/``S3_SECRET_ACCESS_KEY``, ``~/.s3cfg`` or the AWS
+chain), which vLLM's workers inherit: nothing secret goes on a command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from .artifacts import fetch_artifacts
+
+DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fastshard"
+_OWNED = ("--load-format", "--model-loader-extra-config")
+
+
+def cache_dir_for(uri: str, root: Path) -> Path:
+    """One cache directory per prefix, named after it."""
+    digest = hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
+    return root / "serve" / digest
+
+
+def vllm_command(
+    uri: str, cache: Path, vllm_args: Sequence[str], loader_config: dict[str, object]
+) -> list[str]:
+    for arg in vllm_args:
+        if arg.split("=", 1)[0] in _OWNED:
+            raise SystemExit(
+                f"fastshard serve: {arg.split('=', 1)[0]} is set by fastshard serve; pass "
+                "loader keys with --loader-config JSON"
+            )
+    extra = {**loader_config, "uri": uri if uri.endswith("/") else uri + "/"}
+    return [
+        "vllm",
+        "serve",
+        str(cache),
+        "--load-format",
+        "fastshard",
+        "--model-loader-extra-config",
+        json.dumps(extra),
+        *vllm_args,
+    ]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "serve",
+        usage="fastshard serve [--cache-dir DIR] [--loader-config JSON] [--print-command] "
+        "URI [vllm serve arguments...]",
+        help="serve a fastshard-serialized model from S3 with vLLM",
+        description="Fetch the model's non-weight files into a local cache, then exec "
+        "`vllm serve <cache> --load-format fastshard` with the weights read from URI.",
+    )
+    p.add_argument("uri", help="s3://bucket/prefix/ (or a URL or directory) written by serialize")
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="cache root")
+    p.add_argument(
+        "--loader-config", default="{}", help="JSON of fastshard loader keys (concurrency, ...)"
+    )
+    p.add_argument(
+        "--print-command", action="store_true", help="fetch, print the vllm command, do not run it"
+    )
+    p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="arguments for vllm serve")
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    loader_config = json.loads(args.loader_config)
+    if not isinstance(loader_config, dict):
+        raise SystemExit("fastshard serve: --loader-config must be a JSON object")
+    vllm_args = [a for a in args.vllm_args if a != "--"]
+    cache = cache_dir_for(args.uri, args.cache_dir)
+    fetched = fetch_artifacts(args.uri, cache, {})
+    command = vllm_command(args.uri, cache, vllm_args, loader_config)
+    if args.print_command:
+        print(json.dumps({"cache": str(cache), "fetched": [p.name for p in fetched]}))
+        print(json.dumps(command))
+        return 0
+    exe = shutil.which(command[0])
+    if exe is None:
+        raise SystemExit("fastshard serve: vllm is not installed (no `vllm` on PATH)")
+    os.execv(exe, command)
+    return 0  # not reached
