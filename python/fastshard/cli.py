@@ -175,7 +175,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastshard",
-        description="Inspect, verify and benchmark tensorizer .tensors files; serve them with vLLM.",
+        description="Inspect, verify and benchmark .tensors files; serve them with vLLM.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="list the tensors in a file")
