@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from fault_proxy import FaultProxy, Faults
 from servers import Nginx, SeaweedFS, require_binary
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -244,3 +245,42 @@ def http_corpus(nginx: Nginx, corpus: dict[str, Any]) -> dict[str, Any]:
     for name, c in corpus.items():
         c.uris["http"] = nginx.publish(c.path, f"corpus/{name}.tensors")
     return corpus
+
+
+TRANSPORTS = [
+    pytest.param("s3", marks=pytest.mark.s3),
+    pytest.param("http", marks=pytest.mark.http),
+]
+
+Route = Callable[..., tuple[FaultProxy, str, dict[str, Any]]]
+
+
+@pytest.fixture(params=TRANSPORTS)
+def through_proxy(request: pytest.FixtureRequest) -> Iterator[Route]:
+    """route(name, faults=None, seed=0) -> (proxy, uri, opts): the corpus
+    file ``name`` reached through a new proxy in front of the server."""
+    transport = request.param
+    proxies: list[FaultProxy] = []
+    if transport == "s3":
+        server = request.getfixturevalue("seaweed")
+        files = request.getfixturevalue("s3_corpus")
+        port = server.s3_port
+    else:
+        server = request.getfixturevalue("nginx")
+        files = request.getfixturevalue("http_corpus")
+        port = server.port
+
+    def route(name: str, faults: Faults | None = None, seed: int = 0, **opts: Any) -> Any:
+        proxy = FaultProxy(port, faults, seed=seed)
+        proxies.append(proxy)
+        uri = files[name].uris[transport]
+        if transport == "s3":
+            opts = server.opts(s3_endpoint=proxy.endpoint, **opts)
+        else:
+            uri = uri.replace(f"127.0.0.1:{port}", f"127.0.0.1:{proxy.port}")
+        return proxy, uri, opts
+
+    route.transport = transport  # type: ignore[attr-defined]
+    yield route
+    for p in proxies:
+        p.close()

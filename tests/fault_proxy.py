@@ -1,6 +1,7 @@
 """A fault-injecting HTTP/1.1 proxy for loopback tests: in front of nginx
-or SeaweedFS it answers 503 SlowDown, resets connections and truncates
-bodies on a seeded schedule, and logs every request it saw."""
+or SeaweedFS it answers 503 SlowDown, resets connections, truncates or
+stalls bodies, and misstates Content-Range or ETag, on a seeded schedule,
+and logs every request it saw."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import random
 import socket
 import struct
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +28,10 @@ class Faults:
     throttle: float = 0.0  # answer 503 SlowDown without forwarding
     reset: float = 0.0  # reset the connection without answering
     truncate: float = 0.0  # forward the head and half the body, then reset
+    stall: float = 0.0  # forward half the body, pause stall_seconds, then the rest
+    wrong_range: float = 0.0  # forward, claiming another range in Content-Range
+    etag: float = 0.0  # forward with a different ETag (pinned at discovery: 412s follow)
+    stall_seconds: float = 1.0
 
 
 @dataclass
@@ -34,6 +41,9 @@ class ProxyLog:
     throttled: int = 0
     resets: int = 0
     truncated: int = 0
+    stalled: int = 0
+    misranged: int = 0
+    etags: int = 0
     seen: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
 
 
@@ -110,6 +120,16 @@ class FaultProxy:
             if r < f.truncate:
                 self.log.truncated += 1
                 return "truncate"
+            r -= f.truncate
+            for fate, chance, counter in (
+                ("stall", f.stall, "stalled"),
+                ("wrong_range", f.wrong_range, "misranged"),
+                ("etag", f.etag, "etags"),
+            ):
+                if r < chance:
+                    setattr(self.log, counter, getattr(self.log, counter) + 1)
+                    return fate
+                r -= chance
             self.log.forwarded += 1
             return "forward"
 
@@ -150,6 +170,14 @@ class FaultProxy:
                     upstream = socket.create_connection(self.upstream, timeout=60)
                     urf = _SockReader(upstream)
                 assert urf is not None
+                # Unsigned requests really get other bytes (their honest
+                # Content-Range is the only tell); a SigV4 request signs its
+                # Range, so there the answer only claims another range.
+                shift_request = (
+                    fate == "wrong_range" and "range" in headers and "authorization" not in headers
+                )
+                if shift_request:
+                    raw = _rewrite_header(raw, b"range", _shifted_request_range)
                 upstream.sendall(raw + body)
                 resp = _read_head(urf)
                 if resp is None:
@@ -171,6 +199,16 @@ class FaultProxy:
                     _relay(urf, client, length // 2)
                     _reset(client)
                     return
+                if fate == "wrong_range" and not shift_request:
+                    rraw = _rewrite_header(rraw, b"content-range", _shifted_range)
+                elif fate == "etag":
+                    rraw = _rewrite_header(rraw, b"etag", lambda v: b'"0badc0ffee"')
+                elif fate == "stall" and length and length > 1:
+                    client.sendall(rraw)
+                    _relay(urf, client, length // 2)
+                    time.sleep(self.faults.stall_seconds)
+                    _relay(urf, client, length - length // 2)
+                    continue
                 client.sendall(rraw)
                 if length is None:
                     _relay_chunked(urf, client)
@@ -278,6 +316,35 @@ def _relay_chunked(rf: Any, out: socket.socket) -> None:
                 if line in (b"\r\n", b"\n", b""):
                     return
         _relay(rf, out, size + 2)
+
+
+def _rewrite_header(raw: bytes, name: bytes, new: Callable[[bytes], bytes]) -> bytes:
+    lines = raw.split(b"\r\n")
+    for i, line in enumerate(lines):
+        key, sep, value = line.partition(b":")
+        if sep and key.strip().lower() == name:
+            lines[i] = key + b": " + new(value.strip())
+    return b"\r\n".join(lines)
+
+
+def _shifted_range(value: bytes) -> bytes:
+    """``bytes a-b/t`` moved by one byte, within the object when possible."""
+    unit, _, rest = value.partition(b" ")
+    span, _, total = rest.partition(b"/")
+    first, _, last = span.partition(b"-")
+    a, b = int(first), int(last)
+    step = 1 if total == b"*" or b + 1 < int(total) else -1
+    if a + step < 0:
+        step = 0  # a one-byte object: nothing else to claim; say "*" instead
+        return unit + b" */" + total
+    return b"%s %d-%d/%s" % (unit, a + step, b + step, total)
+
+
+def _shifted_request_range(value: bytes) -> bytes:
+    """``bytes=a-b`` moved one byte later."""
+    unit, _, span = value.partition(b"=")
+    first, _, last = span.partition(b"-")
+    return b"%s=%d-%d" % (unit, int(first) + 1, int(last) + 1)
 
 
 def _reset(sock: socket.socket) -> None:

@@ -6,8 +6,6 @@ bounded time; requests and bytes are counted exactly."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 from fault_proxy import FaultProxy, Faults
@@ -15,46 +13,9 @@ from remote_files import MiB, assert_same
 
 import fastshard
 
-TRANSPORTS = [
-    pytest.param("s3", marks=pytest.mark.s3),
-    pytest.param("http", marks=pytest.mark.http),
-]
 # On seed 12 the first 40 draws hold 7 throttles, 2 resets and 5 truncations.
 SCHEDULE = Faults(throttle=0.10, reset=0.04, truncate=0.04)
 SEED = 12
-
-Route = Callable[..., tuple[FaultProxy, str, dict[str, Any]]]
-
-
-@pytest.fixture(params=TRANSPORTS)
-def through_proxy(request: pytest.FixtureRequest) -> Iterator[Route]:
-    """route(name, faults=None, seed=0) -> (proxy, uri, opts): the corpus
-    file ``name`` reached through a new proxy in front of the server."""
-    transport = request.param
-    proxies: list[FaultProxy] = []
-    if transport == "s3":
-        server = request.getfixturevalue("seaweed")
-        files = request.getfixturevalue("s3_corpus")
-        port = server.s3_port
-    else:
-        server = request.getfixturevalue("nginx")
-        files = request.getfixturevalue("http_corpus")
-        port = server.port
-
-    def route(name: str, faults: Faults | None = None, seed: int = 0, **opts: Any) -> Any:
-        proxy = FaultProxy(port, faults, seed=seed)
-        proxies.append(proxy)
-        uri = files[name].uris[transport]
-        if transport == "s3":
-            opts = server.opts(s3_endpoint=proxy.endpoint, **opts)
-        else:
-            uri = uri.replace(f"127.0.0.1:{port}", f"127.0.0.1:{proxy.port}")
-        return proxy, uri, opts
-
-    route.transport = transport  # type: ignore[attr-defined]
-    yield route
-    for p in proxies:
-        p.close()
 
 
 def test_faults_are_retried_and_counted(through_proxy, corpus):

@@ -8,6 +8,7 @@ use std::time::Duration;
 use reqwest::header::{CONTENT_RANGE, ETAG, IF_MATCH, LAST_MODIFIED, RANGE};
 use reqwest::StatusCode;
 
+use super::content_range;
 use super::retry::RetryPolicy;
 use super::sink::{Fetched, PartSink, RangedObject, Streamer};
 use super::BoxFuture;
@@ -115,6 +116,12 @@ impl HttpSource {
                 "the server ignores Range requests; fastshard needs ranged reads",
             ));
         }
+        let range = resp
+            .headers()
+            .get(CONTENT_RANGE)
+            .and_then(|v| v.to_str().ok());
+        let partial = resp.status() == StatusCode::PARTIAL_CONTENT;
+        content_range::check(range, partial, start, end)?;
         while let Some(chunk) = resp
             .chunk()
             .await
@@ -144,6 +151,13 @@ impl HttpSource {
                 "the server ignores Range requests; fastshard needs ranged reads",
             ));
         }
+        let range = headers.get(CONTENT_RANGE).and_then(|v| v.to_str().ok());
+        content_range::check(
+            range,
+            status == StatusCode::PARTIAL_CONTENT,
+            start,
+            start + len,
+        )?;
         let version = if let Some(etag) = headers.get(ETAG).and_then(|v| v.to_str().ok()) {
             Some((IF_MATCH, etag.to_string()))
         } else {

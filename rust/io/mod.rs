@@ -2,6 +2,7 @@
 //! the size of the object (discovery), and "fetch this planned part into its
 //! destinations". Everything else (format, planning, hashing) is shared.
 
+mod content_range;
 mod file;
 pub mod http;
 #[cfg(test)]

@@ -108,11 +108,40 @@ where
     let mut attempt = 0;
     loop {
         attempt += 1;
-        match request().await {
+        match bounded(request(), cancel).await {
             Ok(v) => return Ok(v),
             Err(e) => {
                 let delay = policy.next_delay(attempt, e, cancel.deadline())?;
                 policy.wait(delay, cancel).await?;
+            }
+        }
+    }
+}
+
+/// How often a waiting attempt looks at its load's cancel flag and deadline.
+const WATCH_EVERY: Duration = Duration::from_millis(50);
+
+/// Runs one attempt until it ends, the load is cancelled or its deadline
+/// passes. Without this a stalled response holds a failed or out-of-time
+/// load until the client's read timeout (30 s), since reads only look at
+/// the cancel flag when bytes arrive.
+async fn bounded<T>(
+    attempt: impl std::future::Future<Output = Result<T>>,
+    cancel: &CancelToken,
+) -> Result<T> {
+    tokio::pin!(attempt);
+    let mut watch = tokio::time::interval(WATCH_EVERY);
+    loop {
+        tokio::select! {
+            out = &mut attempt => return out,
+            _ = watch.tick() => {
+                cancel.check()?;
+                if cancel.past_deadline() {
+                    return Err(Error::new(
+                        ErrorKind::Network,
+                        "deadline passed while waiting for the server",
+                    ));
+                }
             }
         }
     }
@@ -156,7 +185,7 @@ pub async fn read_part_retrying<S: Streamer + ?Sized>(
         attempt += 1;
         stats.requests += 1;
         let start = sink.position();
-        let outcome = src.stream(start, part.end, &mut sink).await;
+        let outcome = bounded(src.stream(start, part.end, &mut sink), cancel).await;
         stats.bytes_fetched += sink.position() - start;
         let err = match outcome {
             Ok(()) if sink.remaining() == 0 => return Ok(stats),
@@ -264,6 +293,34 @@ impl<T: RangedObject> RangeSource for T {
 mod tests {
     use super::*;
     use crate::plan::Segment;
+    use std::time::Instant;
+
+    #[test]
+    fn a_stalled_attempt_ends_at_the_deadline_or_on_cancel() {
+        let rt = crate::exec::runtime().unwrap();
+        let stalled = std::future::pending::<Result<()>>;
+        let timed = CancelToken::new().child_with_budget(Some(Duration::from_millis(200)));
+        let started = Instant::now();
+        let e = rt.block_on(bounded(stalled(), &timed)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Network);
+        assert!(e.message().contains("deadline"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+
+        let parent = CancelToken::new();
+        let child = parent.child();
+        let p2 = parent.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            p2.cancel();
+        });
+        let started = Instant::now();
+        let e = rt.block_on(bounded(stalled(), &child)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Cancelled);
+        assert!(started.elapsed() < Duration::from_secs(2));
+
+        let done = rt.block_on(bounded(async { Ok(7) }, &CancelToken::new()));
+        assert_eq!(done.unwrap(), 7);
+    }
 
     #[test]
     fn chunks_split_across_segments_and_gaps() {

@@ -88,7 +88,9 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
 
 
 def spawn(cmd: list[str], log: Path, **kwargs: Any) -> subprocess.Popen[bytes]:
-    """Start a server that is killed when this process (thread) dies."""
+    """Start a server that is killed when the calling *thread* ends (Linux's
+    parent-death signal follows the thread that forked), so call it from a
+    thread that lives as long as the server should."""
     with open(log, "ab") as out:
         return subprocess.Popen(
             cmd,
@@ -159,6 +161,7 @@ class SeaweedFS:
     proc: subprocess.Popen[bytes] | None = None
     sockets: Path | None = None
     grpc_sockets: list[Path] = field(default_factory=list)
+    _cmd: list[str] = field(default_factory=list, repr=False)
     access_key: str = ACCESS_KEY
     secret_key: str = SECRET_KEY
     bucket: str = BUCKET
@@ -244,6 +247,7 @@ class SeaweedFS:
             "-s3.port.iceberg=0",
             "-s3.port.lance=0",
         ]
+        self._cmd = cmd
         self.proc = spawn(cmd, self.log, cwd=self.root)
         wait_http(self.proc, s3, self.log, "SeaweedFS")
         client = self.client()
@@ -277,6 +281,15 @@ class SeaweedFS:
                 f"SeaweedFS started but cannot store an object ({e}); "
                 f"{free / 2**30:.1f} GiB free under {self.root}:\n{_tail(self.log)}"
             ) from e
+
+    def restart(self) -> None:
+        """Kill the server (SIGKILL: a crash, not a shutdown) and start it
+        again on the same ports and data; returns once S3 answers. The new
+        process dies with the calling thread (see ``spawn``)."""
+        assert self.proc is not None, "not started"
+        stop(self.proc, signal.SIGKILL)
+        self.proc = spawn(self._cmd, self.log, cwd=self.root)
+        wait_http(self.proc, self.s3_port, self.log, "SeaweedFS (restarted)")
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -340,6 +353,7 @@ class Nginx:
     proc: subprocess.Popen[bytes] | None = None
     tls_port: int = 0  # HTTPS too, when started with openssl
     ca_bundle: Path | None = None  # the CA that signed its certificate
+    _cmd: list[str] = field(default_factory=list, repr=False)
 
     @property
     def root(self) -> Path:
@@ -396,10 +410,18 @@ http {{
 {tls}}}
 """
         )
-        cmd = [nginx, "-p", str(b), "-c", str(conf), "-e", str(b / "logs" / "error.log")]
-        self.proc = spawn(cmd, b / "logs" / "stdout.log")
+        self._cmd = [nginx, "-p", str(b), "-c", str(conf), "-e", str(b / "logs" / "error.log")]
+        self.proc = spawn(self._cmd, b / "logs" / "stdout.log")
         wait_http(self.proc, self.port, b / "logs" / "error.log", "nginx", timeout=20)
         return self
+
+    def restart(self) -> None:
+        """Kill nginx (SIGKILL) and start it again on the same ports; the new
+        process dies with the calling thread (see ``spawn``)."""
+        assert self.proc is not None, "not started"
+        stop(self.proc, signal.SIGKILL)
+        self.proc = spawn(self._cmd, self.base / "logs" / "stdout.log")
+        wait_http(self.proc, self.port, self.base / "logs" / "error.log", "nginx", timeout=20)
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -18,6 +18,7 @@ use aws_sdk_s3::Client;
 
 pub use config::{Addressing, CredentialSource, EnvSnapshot, S3Options};
 
+use super::content_range;
 use super::retry::RetryPolicy;
 use super::sink::{Fetched, PartSink, RangedObject, Streamer};
 use super::BoxFuture;
@@ -114,6 +115,7 @@ impl S3Source {
     /// One ranged GET, streamed into `sink`.
     async fn get_into(&self, start: u64, end: u64, sink: &mut PartSink<'_>) -> Result<()> {
         let out = self.get(start, end).await?;
+        content_range::check(out.content_range(), false, start, end)?;
         let mut body = out.body;
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| {
@@ -128,6 +130,7 @@ impl S3Source {
     async fn get_bytes_once(&self, start: u64, len: u64) -> Result<Fetched<Option<String>>> {
         let end = start + len;
         let out = self.get(start, end).await?;
+        content_range::check(out.content_range(), false, start, end)?;
         let total = out
             .content_range()
             .and_then(|r| r.rsplit_once('/'))

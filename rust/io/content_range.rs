@@ -1,0 +1,120 @@
+//! The `Content-Range` of a ranged GET must name the bytes that were asked
+//! for. A cache or proxy that answers another range of the same length would
+//! otherwise put the wrong bytes into a tensor without any other error.
+
+use std::ops::Range;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Parses `bytes FIRST-LAST/TOTAL` (TOTAL may be `*`) into the half-open
+/// range it names and the total, if given. Anything else is `None`.
+pub fn parse(header: &str) -> Option<(Range<u64>, Option<u64>)> {
+    let rest = header.trim().strip_prefix("bytes")?.trim_start();
+    let (span, total) = rest.split_once('/')?;
+    let (first, last) = span.trim().split_once('-')?;
+    let first: u64 = first.trim().parse().ok()?;
+    let last: u64 = last.trim().parse().ok()?;
+    let total = match total.trim() {
+        "*" => None,
+        t => Some(t.parse::<u64>().ok()?),
+    };
+    let end = last.checked_add(1)?;
+    if first > last || total.is_some_and(|t| end > t) {
+        return None;
+    }
+    Some((first..end, total))
+}
+
+/// Checks a response to a request for `[start, end)`. `header` is its
+/// `Content-Range`, if any; `partial` says the status was 206. A full (200)
+/// answer is fine only from the start of the object (the caller bounds its
+/// length); a 206 must carry the range asked for, cut short only by the end
+/// of the object. The error is a
+/// retryable network error: a retry may reach a healthy server or cache.
+pub fn check(header: Option<&str>, partial: bool, start: u64, end: u64) -> Result<()> {
+    let wrong = |what: String| Err(Error::new(ErrorKind::Network, what).with_range(start..end));
+    match header {
+        None if !partial && start == 0 => Ok(()),
+        None => wrong("the response to a ranged read has no Content-Range".to_string()),
+        Some(h) => match parse(h) {
+            Some((got, _)) if got == (start..end) => Ok(()),
+            // A read past the end gets the bytes up to the end.
+            Some((got, Some(total))) if got.start == start && got.end < end && got.end == total => {
+                Ok(())
+            }
+            Some((got, _)) => wrong(format!(
+                "the server answered bytes {}..{} to a request for other bytes",
+                got.start, got.end
+            )),
+            None => wrong(format!("unreadable Content-Range {:?}", truncate(h))),
+        },
+    }
+}
+
+fn truncate(s: &str) -> &str {
+    match s.char_indices().nth(80) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_the_forms_servers_send() {
+        assert_eq!(parse("bytes 0-99/1000"), Some((0..100, Some(1000))));
+        assert_eq!(parse("bytes 5-5/*"), Some((5..6, None)));
+        assert_eq!(parse(" bytes  10-19 / 20 "), Some((10..20, Some(20))));
+        for bad in [
+            "",
+            "bytes",
+            "bytes */1000",
+            "bytes 9-3/10",
+            "bytes 0-10/10",
+            "items 0-1/2",
+            "bytes -1-3/9",
+            "bytes 0-18446744073709551615/*",
+            "bytes a-b/c",
+        ] {
+            assert_eq!(parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn only_the_range_asked_for_passes() {
+        assert!(check(Some("bytes 100-199/1000"), true, 100, 200).is_ok());
+        assert!(check(None, false, 0, 1000).is_ok());
+        let shifted = check(Some("bytes 101-200/1000"), true, 100, 200).unwrap_err();
+        assert_eq!(shifted.kind(), ErrorKind::Network);
+        assert!(shifted.to_string().contains("101..201"), "{shifted}");
+        assert!(shifted.to_string().contains("100..200"), "{shifted}");
+        assert!(check(None, true, 100, 200).is_err());
+        assert!(check(None, false, 100, 200).is_err());
+        assert!(check(Some("bytes 0-99/1000"), true, 0, 50).is_err());
+        assert!(check(Some("bytes 0-99/100"), true, 0, 4096).is_ok());
+        assert!(check(Some("bytes 0-99/101"), true, 0, 4096).is_err());
+        assert!(check(Some("bytes 0-99/*"), true, 0, 4096).is_err());
+        let long = format!("bytes {}", "x".repeat(500));
+        let e = check(Some(&long), true, 0, 1).unwrap_err();
+        assert!(e.to_string().len() < 300);
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_headers_never_panic(h in ".{0,64}", start in 0u64..1 << 40, len in 1u64..1 << 30) {
+            let _ = check(Some(&h), true, start, start + len);
+        }
+
+        #[test]
+        fn written_ranges_parse_back(first in 0u64..u64::MAX / 4, len in 1u64..1 << 40, extra in 0u64..1 << 20) {
+            let end = first + len;
+            let header = format!("bytes {}-{}/{}", first, end - 1, end + extra);
+            prop_assert_eq!(parse(&header), Some((first..end, Some(end + extra))));
+            prop_assert!(check(Some(&header), true, first, end).is_ok());
+            prop_assert!(check(Some(&header), true, first + 1, end + 1).is_err());
+        }
+    }
+}
