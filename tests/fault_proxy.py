@@ -334,8 +334,7 @@ def _shifted_range(value: bytes) -> bytes:
     first, _, last = span.partition(b"-")
     a, b = int(first), int(last)
     step = 1 if total == b"*" or b + 1 < int(total) else -1
-    if a + step < 0:
-        step = 0  # a one-byte object: nothing else to claim; say "*" instead
+    if a + step < 0:  # a one-byte object: nothing else to claim; say "*" instead
         return unit + b" */" + total
     return b"%s %d-%d/%s" % (unit, a + step, b + step, total)
 

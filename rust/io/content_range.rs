@@ -29,18 +29,19 @@ pub fn parse(header: &str) -> Option<(Range<u64>, Option<u64>)> {
 /// `Content-Range`, if any; `partial` says the status was 206. A full (200)
 /// answer is fine only from the start of the object (the caller bounds its
 /// length); a 206 must carry the range asked for, cut short only by the end
-/// of the object. The error is a
-/// retryable network error: a retry may reach a healthy server or cache.
-pub fn check(header: Option<&str>, partial: bool, start: u64, end: u64) -> Result<()> {
+/// of the object. Returns the object's size when the header gives it. The
+/// error is a retryable network error: a retry may reach a healthy server or
+/// cache.
+pub fn check(header: Option<&str>, partial: bool, start: u64, end: u64) -> Result<Option<u64>> {
     let wrong = |what: String| Err(Error::new(ErrorKind::Network, what).with_range(start..end));
     match header {
-        None if !partial && start == 0 => Ok(()),
+        None if !partial && start == 0 => Ok(None),
         None => wrong("the response to a ranged read has no Content-Range".to_string()),
         Some(h) => match parse(h) {
-            Some((got, _)) if got == (start..end) => Ok(()),
+            Some((got, total)) if got == (start..end) => Ok(total),
             // A read past the end gets the bytes up to the end.
             Some((got, Some(total))) if got.start == start && got.end < end && got.end == total => {
-                Ok(())
+                Ok(Some(total))
             }
             Some((got, _)) => wrong(format!(
                 "the server answered bytes {}..{} to a request for other bytes",
@@ -85,8 +86,11 @@ mod tests {
 
     #[test]
     fn only_the_range_asked_for_passes() {
-        assert!(check(Some("bytes 100-199/1000"), true, 100, 200).is_ok());
-        assert!(check(None, false, 0, 1000).is_ok());
+        assert_eq!(
+            check(Some("bytes 100-199/1000"), true, 100, 200).unwrap(),
+            Some(1000)
+        );
+        assert_eq!(check(None, false, 0, 1000).unwrap(), None);
         let shifted = check(Some("bytes 101-200/1000"), true, 100, 200).unwrap_err();
         assert_eq!(shifted.kind(), ErrorKind::Network);
         assert!(shifted.to_string().contains("101..201"), "{shifted}");
@@ -94,7 +98,10 @@ mod tests {
         assert!(check(None, true, 100, 200).is_err());
         assert!(check(None, false, 100, 200).is_err());
         assert!(check(Some("bytes 0-99/1000"), true, 0, 50).is_err());
-        assert!(check(Some("bytes 0-99/100"), true, 0, 4096).is_ok());
+        assert_eq!(
+            check(Some("bytes 0-99/100"), true, 0, 4096).unwrap(),
+            Some(100)
+        );
         assert!(check(Some("bytes 0-99/101"), true, 0, 4096).is_err());
         assert!(check(Some("bytes 0-99/*"), true, 0, 4096).is_err());
         let long = format!("bytes {}", "x".repeat(500));

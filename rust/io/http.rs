@@ -136,12 +136,10 @@ impl HttpSource {
         let resp = self.send(start, start + len).await?;
         let status = resp.status();
         let headers = resp.headers();
-        let total = if status == StatusCode::PARTIAL_CONTENT {
-            headers
-                .get(CONTENT_RANGE)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.rsplit_once('/'))
-                .and_then(|(_, t)| t.parse::<u64>().ok())
+        let partial = status == StatusCode::PARTIAL_CONTENT;
+        let range = headers.get(CONTENT_RANGE).and_then(|v| v.to_str().ok());
+        let total = if partial {
+            content_range::check(range, true, start, start + len)?
         } else {
             resp.content_length()
         };
@@ -151,13 +149,9 @@ impl HttpSource {
                 "the server ignores Range requests; fastshard needs ranged reads",
             ));
         }
-        let range = headers.get(CONTENT_RANGE).and_then(|v| v.to_str().ok());
-        content_range::check(
-            range,
-            status == StatusCode::PARTIAL_CONTENT,
-            start,
-            start + len,
-        )?;
+        if !partial {
+            content_range::check(range, false, start, start + len)?;
+        }
         let version = if let Some(etag) = headers.get(ETAG).and_then(|v| v.to_str().ok()) {
             Some((IF_MATCH, etag.to_string()))
         } else {

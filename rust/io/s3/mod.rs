@@ -130,16 +130,11 @@ impl S3Source {
     async fn get_bytes_once(&self, start: u64, len: u64) -> Result<Fetched<Option<String>>> {
         let end = start + len;
         let out = self.get(start, end).await?;
-        content_range::check(out.content_range(), false, start, end)?;
-        let total = out
-            .content_range()
-            .and_then(|r| r.rsplit_once('/'))
-            .and_then(|(_, t)| t.parse::<u64>().ok())
-            .or_else(|| {
-                out.content_length()
-                    .and_then(|l| u64::try_from(l).ok())
-                    .filter(|_| start == 0)
-            });
+        let total = content_range::check(out.content_range(), false, start, end)?.or_else(|| {
+            out.content_length()
+                .and_then(|l| u64::try_from(l).ok())
+                .filter(|_| start == 0)
+        });
         let etag = out.e_tag().map(str::to_string);
         let bytes = out.body.collect().await.map_err(|e| {
             Error::new(ErrorKind::Network, format!("response body broke off: {e}"))
