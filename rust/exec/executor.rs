@@ -14,7 +14,11 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::io::{PartStats, RangeSource};
 use crate::plan::ReadPlan;
 
-#[derive(Debug, Clone)]
+/// Told, on the runtime's threads, about every part that landed in full:
+/// the `(slot, bytes)` of each of its segments. Must return quickly.
+pub type OnLanded = Arc<dyn Fn(&[(usize, u64)]) + Send + Sync>;
+
+#[derive(Clone)]
 pub struct ExecOptions {
     pub concurrency: usize,
     /// Bytes of staging memory (see `RangeSource::staging_bytes`) the parts
@@ -24,6 +28,9 @@ pub struct ExecOptions {
     /// Wanted bytes (segments) of every part that completed are added here,
     /// for a progress bar that polls it from another thread.
     pub progress: Option<Arc<AtomicU64>>,
+    /// Lets the caller work on a tensor (hash, decrypt) as soon as its last
+    /// byte lands instead of after the whole load.
+    pub on_landed: Option<OnLanded>,
 }
 
 impl ExecOptions {
@@ -32,7 +39,19 @@ impl ExecOptions {
             concurrency,
             staging_budget: None,
             progress: None,
+            on_landed: None,
         }
+    }
+}
+
+impl std::fmt::Debug for ExecOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecOptions")
+            .field("concurrency", &self.concurrency)
+            .field("staging_budget", &self.staging_budget)
+            .field("progress", &self.progress)
+            .field("on_landed", &self.on_landed.is_some())
+            .finish()
     }
 }
 
@@ -172,11 +191,19 @@ pub fn execute(
             let held = Arc::clone(&staged);
             let wanted: u64 = part.segments.iter().map(|s| s.len).sum();
             let progress = opts.progress.clone();
+            let landed = opts.on_landed.clone().map(|f| {
+                let segments: Vec<(usize, u64)> =
+                    part.segments.iter().map(|s| (s.slot, s.len)).collect();
+                (f, segments)
+            });
             let fut = Arc::clone(&source).read_part(part, Arc::clone(&dest), stop.clone());
             tasks.spawn(async move {
                 let out = fut.await;
                 if let (Some(p), Ok(_)) = (&progress, &out) {
                     p.fetch_add(wanted, Ordering::Relaxed);
+                }
+                if let (Some((f, segments)), Ok(_)) = (&landed, &out) {
+                    f(segments);
                 }
                 held.fetch_sub(need, Ordering::SeqCst);
                 drop(room);
@@ -269,6 +296,7 @@ mod tests {
             concurrency: 8,
             staging_budget: Some(25_000),
             progress: Some(Arc::clone(&progress)),
+            on_landed: None,
         };
         let stats = execute(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap();
         assert_eq!(out, bytes);
@@ -296,6 +324,7 @@ mod tests {
             concurrency: 8,
             staging_budget: Some(64 * 1024),
             progress: None,
+            on_landed: None,
         };
         let err = execute(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Budget);

@@ -4,9 +4,11 @@
 mod cancel;
 mod dest;
 mod executor;
+mod landed;
 mod runtime;
 
 pub use cancel::CancelToken;
 pub use dest::{advise_huge_pages, Destinations};
-pub use executor::{execute, ExecOptions, ExecStats};
+pub use executor::{execute, ExecOptions, ExecStats, OnLanded};
+pub use landed::overlap;
 pub use runtime::runtime;
