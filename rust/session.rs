@@ -46,6 +46,9 @@ pub struct LoadStats {
     pub requests: u64,
     pub retries: u64,
     pub seconds: f64,
+    /// Most requests that were in flight at once: the setting when one was
+    /// given (or fewer, for a load of fewer parts), else what the load
+    /// adapted to.
     pub concurrency: usize,
     /// Host memory the load itself held at once (record headers, scratch);
     /// destination tensors are the caller's and not counted.
@@ -241,12 +244,24 @@ impl TensorFile {
         }
         let wants =
             selection_wants(&self.index, selection, slices).map_err(|e| e.with_uri(&uri))?;
-        let plan = plan_reads(wants, plan_opts)?;
+        let mut plan = plan_reads(wants.clone(), plan_opts)?;
         let bytes_wanted = plan.useful_bytes();
-        let concurrency = opts
-            .concurrency
-            .unwrap_or_else(|| self.source.default_concurrency())
-            .max(1);
+        if opts.part_size.is_none() {
+            if let Some(p) = self.source.part_size_for(bytes_wanted) {
+                if p != plan_opts.part_size {
+                    plan_opts.part_size = p;
+                    plan = plan_reads(wants, plan_opts)?;
+                }
+            }
+        }
+        let (concurrency, max_concurrency) = match opts.concurrency {
+            // An explicit number wins, and stays fixed.
+            Some(n) => (n.max(1), None),
+            None => (
+                self.source.default_concurrency().max(1),
+                self.source.max_concurrency(),
+            ),
+        };
         let cancel = &cancel.child_with_budget(self.deadline);
         // Bytes each tensor still waits for (header and data), so its checks,
         // decryption and hashes run as soon as it is complete.
@@ -288,6 +303,7 @@ impl TensorFile {
                         staging_budget,
                         progress: opts.progress.clone(),
                         on_landed: Some(on_landed),
+                        max_concurrency,
                     },
                     cancel,
                 )
@@ -301,7 +317,7 @@ impl TensorFile {
             requests: exec.requests,
             retries: exec.retries,
             seconds: started.elapsed().as_secs_f64(),
-            concurrency,
+            concurrency: exec.max_in_flight as usize,
             peak_host_bytes: header_bytes + exec.peak_staging,
         })
     }

@@ -1,6 +1,7 @@
 //! Concurrency: one process-wide tokio runtime, cancellation, destination
 //! memory, and the executor that runs a read plan with bounded parallelism.
 
+mod adapt;
 mod cancel;
 mod dest;
 mod executor;
