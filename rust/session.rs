@@ -27,6 +27,9 @@ const SLICE_AMPLIFICATION: f64 = 1.01;
 pub struct LoadOptions {
     pub verify_hash: bool,
     pub concurrency: Option<usize>,
+    /// Bytes a second the load aims for when `concurrency` is unset: it
+    /// starts with the requests that need and stops growing once there.
+    pub throughput_target: Option<f64>,
     pub part_size: Option<u64>,
     /// Host memory the load may hold at once beyond the destinations
     /// (record headers, scratch for gap bytes); parts wait for room.
@@ -254,13 +257,19 @@ impl TensorFile {
                 }
             }
         }
-        let (concurrency, max_concurrency) = match opts.concurrency {
+        let (concurrency, max_concurrency) = match (opts.concurrency, opts.throughput_target) {
             // An explicit number wins, and stays fixed.
-            Some(n) => (n.max(1), None),
-            None => (
-                self.source.default_concurrency().max(1),
-                self.source.max_concurrency(),
-            ),
+            (Some(n), _) => (n.max(1), None),
+            (None, target) => {
+                let start = self.source.default_concurrency().max(1);
+                match (self.source.max_concurrency(), target) {
+                    (Some(max), Some(t)) => {
+                        let need = crate::exec::requests_for(t);
+                        (need.min(plan.parts.len().max(1)), Some(max.max(need)))
+                    }
+                    (max, _) => (start, max),
+                }
+            }
         };
         let cancel = &cancel.child_with_budget(self.deadline);
         // Bytes each tensor still waits for (header and data), so its checks,
@@ -304,6 +313,7 @@ impl TensorFile {
                         progress: opts.progress.clone(),
                         on_landed: Some(on_landed),
                         max_concurrency,
+                        throughput_target: opts.throughput_target,
                     },
                     cancel,
                 )

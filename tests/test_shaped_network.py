@@ -143,3 +143,20 @@ def test_256_requests_in_flight_finish_with_no_failed_request(shaped: Shaped, co
     assert stats.concurrency == 256, stats
     counters = _settled(shaper, "max_open", 256)
     assert counters["max_open"] >= 256 and counters["upstream_failures"] == 0, counters
+
+
+def test_a_throughput_target_sizes_the_start_and_stops_the_growth(
+    shaped: Shaped, corpus: Any
+) -> None:
+    """throughput_target_gbps=0.8 (100 MB/s) asks for 2 requests at the
+    start (~70 MB/s each on real S3); through 25 MB/s connections the load
+    grows until the target is met or growth stops paying, far short of
+    the 64 an untargeted load starts with."""
+    shaper, uri, opts = shaped("tz-big", latency_ms=20, rate_mbps=25)
+    with fastshard.open(uri, throughput_target_gbps=0.8, **opts) as f:
+        sd = f.load_state_dict()
+        stats = f.stats
+    assert_state_equal(sd, corpus["tz-big"].source)
+    assert 2 <= stats.concurrency <= 16, stats
+    with pytest.raises(fastshard.InvalidArgumentError, match="throughput_target_gbps"):
+        fastshard.load_state_dict(uri, throughput_target_gbps=-1, **opts)

@@ -13,6 +13,17 @@ use std::time::Instant;
 /// Throughput must rise by this factor for a doubling to count as useful.
 const GAIN: f64 = 1.1;
 
+/// What one request in flight delivers from an object store, for sizing a
+/// start from a throughput target: ~90 MB/s per connection, less the
+/// first-byte latency of each part (16 MiB at 50 ms: ~70 MB/s).
+pub const BYTES_PER_REQUEST: f64 = 70e6;
+
+/// Requests in flight that `target` bytes a second needs at
+/// `BYTES_PER_REQUEST` each.
+pub fn requests_for(target: f64) -> usize {
+    (target / BYTES_PER_REQUEST).ceil().clamp(1.0, 65_536.0) as usize
+}
+
 #[derive(Debug)]
 pub struct Growth {
     limit: usize,
@@ -22,6 +33,7 @@ pub struct Growth {
     round_bytes: u64,
     round_parts: usize,
     last_rate: f64,
+    target: Option<f64>,
 }
 
 impl Growth {
@@ -36,7 +48,14 @@ impl Growth {
             round_bytes: 0,
             round_parts: 0,
             last_rate: 0.0,
+            target: None,
         }
+    }
+
+    /// Stops growing once a round reaches `target` bytes a second.
+    pub fn with_target(mut self, target: Option<f64>) -> Growth {
+        self.target = target;
+        self
     }
 
     #[cfg(test)]
@@ -60,6 +79,11 @@ impl Growth {
         self.round_start = now;
         self.round_bytes = 0;
         self.round_parts = 0;
+        if self.target.is_some_and(|t| rate >= t) {
+            // Fast enough: more requests would only load the store.
+            self.growing = false;
+            return 0;
+        }
         if self.last_rate > 0.0 && rate < self.last_rate * GAIN {
             // The last doubling bought too little: the store, the network
             // or this host binds, and more requests would only add load.
@@ -116,6 +140,20 @@ mod tests {
         // (0.8 -> 1 GB/s, over 10 %), 128 did not, so it holds there.
         let seen = simulate(8, 512, |n| (n as f64 * 25e6).min(1e9));
         assert_eq!(seen, vec![8, 16, 32, 64, 128]);
+    }
+
+    #[test]
+    fn a_target_sizes_the_start_and_ends_the_growth() {
+        assert_eq!(requests_for(12.5e9), 179); // 100 Gb/s
+        assert_eq!(requests_for(1.0), 1);
+        let mut now = Instant::now();
+        let mut g = Growth::new(8, 512, now).with_target(Some(300e6));
+        // 8 parts of 10 MB in 0.2 s: 400 MB/s, past the target: no growth.
+        for _ in 0..8 {
+            now += Duration::from_millis(25);
+            assert_eq!(g.completed(10_000_000, now), 0);
+        }
+        assert_eq!(g.limit(), 8);
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub struct ExecOptions {
     /// Grow the requests in flight from `concurrency` up to this while it
     /// raises throughput (`adapt::Growth`); `None`: exactly `concurrency`.
     pub max_concurrency: Option<usize>,
+    /// Bytes a second past which growing stops.
+    pub throughput_target: Option<f64>,
 }
 
 impl ExecOptions {
@@ -45,6 +47,7 @@ impl ExecOptions {
             progress: None,
             on_landed: None,
             max_concurrency: None,
+            throughput_target: None,
         }
     }
 }
@@ -57,6 +60,7 @@ impl std::fmt::Debug for ExecOptions {
             .field("progress", &self.progress)
             .field("on_landed", &self.on_landed.is_some())
             .field("max_concurrency", &self.max_concurrency)
+            .field("throughput_target", &self.throughput_target)
             .finish()
     }
 }
@@ -123,11 +127,10 @@ pub fn execute(
     let max_in_flight = Arc::new(AtomicU64::new(0));
     let max_in_flight_out = Arc::clone(&max_in_flight);
     let start = opts.concurrency.max(1);
-    let growth = Arc::new(std::sync::Mutex::new(Growth::new(
-        start,
-        opts.max_concurrency.unwrap_or(start),
-        Instant::now(),
-    )));
+    let growth = Arc::new(std::sync::Mutex::new(
+        Growth::new(start, opts.max_concurrency.unwrap_or(start), Instant::now())
+            .with_target(opts.throughput_target),
+    ));
     let result = rt.block_on(async move {
         let permits = Arc::new(Semaphore::new(start));
         let budget = budget_cap.map(|cap| Arc::new(Semaphore::new(cap as usize)));
@@ -328,6 +331,7 @@ mod tests {
             progress: Some(Arc::clone(&progress)),
             on_landed: None,
             max_concurrency: None,
+            throughput_target: None,
         };
         let stats = execute(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap();
         assert_eq!(out, bytes);
@@ -357,6 +361,7 @@ mod tests {
             progress: None,
             on_landed: None,
             max_concurrency: None,
+            throughput_target: None,
         };
         let err = execute(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Budget);

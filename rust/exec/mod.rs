@@ -8,6 +8,7 @@ mod executor;
 mod landed;
 mod runtime;
 
+pub use adapt::requests_for;
 pub use cancel::CancelToken;
 pub use dest::{advise_huge_pages, Destinations};
 pub use executor::{execute, ExecOptions, ExecStats, OnLanded};
