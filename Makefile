@@ -38,7 +38,7 @@ PYTEST_ARGS ?=
 PYTEST_TIMEOUT ?= 900
 
 .PHONY: help setup develop develop-release test test-rust test-py lint fmt-check clippy ruff \
-	fmt bench bench-remote bench-tp demo demo-local wheel gpu-check clean distclean
+	fmt fuzz bench bench-remote bench-tp demo demo-local wheel gpu-check clean distclean
 
 help: ## List the targets
 	@echo "fastshard: make TARGET"
@@ -57,9 +57,18 @@ develop-release: ## setup + optimised build of fastshard._native into the venv
 
 test: develop lint test-rust test-py ## Everything CI runs: build, lint, Rust tests, pytest
 
-test-rust: develop ## cargo test: the core without Python, then with the "python" feature compiled in
+test-rust: develop ## cargo test: the core without Python, then with the "python" feature compiled in, then FUZZ_SECONDS of parser fuzzing
 	@$(TIMED) cargo-test-core $(CARGO) test --no-default-features
 	@$(TIMED) cargo-test-python-feature env $(PYO3_ENV) $(CARGO) test
+	@$(MAKE) --no-print-directory fuzz
+
+# The stable, time-bounded mutation fuzzer over fuzz/seeds (the same
+# test binary as cargo-test-core, so no extra build); inputs that panic are
+# written to fuzz/regressions/, which every `cargo test` replays.
+FUZZ_SECONDS ?= 2
+fuzz: setup ## Parser fuzzing for FUZZ_SECONDS (CI: 60); crashes are kept in fuzz/regressions/
+	@$(TIMED) fuzz env FASTSHARD_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test --no-default-features \
+		--lib format::fuzz_tests::mutated -- --nocapture
 
 # With FASTSHARD_CI_DEADLINE (epoch seconds; .ci/run sets it) pytest gets SIGINT
 # at that time, so it still prints which tests failed before CI's own limit hits.

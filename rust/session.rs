@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::{execute, CancelToken, Destinations, ExecOptions};
+use crate::exec::{execute, overlap, CancelToken, Destinations, ExecOptions};
 use crate::format::crypt::{self, Decryptor};
 use crate::format::{hash, FileHeader, Index, RecordHeader, PREAMBLE_LEN};
 use crate::io::{open_source, RangeSource, SourceOptions};
-use crate::plan::{plan_reads, selection_wants, sliced_shape, TensorSlice};
+use crate::plan::{plan_reads, selection_wants, sliced_shape, Slot, TensorSlice};
 
 /// Bytes the discovery read asks for: tensorizer reserves a 256 KiB index,
 /// so this covers header, index and the first record headers in one read.
@@ -27,6 +27,9 @@ const SLICE_AMPLIFICATION: f64 = 1.01;
 pub struct LoadOptions {
     pub verify_hash: bool,
     pub concurrency: Option<usize>,
+    /// Bytes a second the load aims for when `concurrency` is unset: it
+    /// starts with the requests that need and stops growing once there.
+    pub throughput_target: Option<f64>,
     pub part_size: Option<u64>,
     /// Host memory the load may hold at once beyond the destinations
     /// (record headers, scratch for gap bytes); parts wait for room.
@@ -46,6 +49,9 @@ pub struct LoadStats {
     pub requests: u64,
     pub retries: u64,
     pub seconds: f64,
+    /// Most requests that were in flight at once: the setting when one was
+    /// given (or fewer, for a load of fewer parts), else what the load
+    /// adapted to.
     pub concurrency: usize,
     /// Host memory the load itself held at once (record headers, scratch);
     /// destination tensors are the caller's and not counted.
@@ -241,27 +247,79 @@ impl TensorFile {
         }
         let wants =
             selection_wants(&self.index, selection, slices).map_err(|e| e.with_uri(&uri))?;
-        let plan = plan_reads(wants, plan_opts)?;
+        let mut plan = plan_reads(wants.clone(), plan_opts)?;
         let bytes_wanted = plan.useful_bytes();
-        let concurrency = opts
-            .concurrency
-            .unwrap_or_else(|| self.source.default_concurrency())
-            .max(1);
+        if opts.part_size.is_none() {
+            if let Some(p) = self.source.part_size_for(bytes_wanted) {
+                if p != plan_opts.part_size {
+                    plan_opts.part_size = p;
+                    plan = plan_reads(wants, plan_opts)?;
+                }
+            }
+        }
+        let (concurrency, max_concurrency) = match (opts.concurrency, opts.throughput_target) {
+            // An explicit number wins, and stays fixed.
+            (Some(n), _) => (n.max(1), None),
+            (None, target) => {
+                let start = self.source.default_concurrency().max(1);
+                match (self.source.max_concurrency(), target) {
+                    (Some(max), Some(t)) => {
+                        let need = crate::exec::requests_for(t);
+                        (need.min(plan.parts.len().max(1)), Some(max.max(need)))
+                    }
+                    (max, _) => (start, max),
+                }
+            }
+        };
         let cancel = &cancel.child_with_budget(self.deadline);
-        let exec = execute(
-            Arc::clone(&self.source),
-            plan,
-            Arc::clone(&destinations),
-            ExecOptions {
-                concurrency,
-                staging_budget,
-                progress: opts.progress.clone(),
-            },
+        // Bytes each tensor still waits for (header and data), so its checks,
+        // decryption and hashes run as soon as it is complete.
+        let mut pending = vec![0u64; selection.len()];
+        for part in &plan.parts {
+            for seg in &part.segments {
+                pending[Slot::from_id(seg.slot).tensor()] += seg.len;
+            }
+        }
+        let header_regions: Vec<(*mut u8, usize)> = headers
+            .iter_mut()
+            .map(|h| (h.as_mut_ptr(), h.len()))
+            .collect();
+        let threads = if opts.verify_hash || opts.decryption.is_some() {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+                .min(selection.len())
+        } else {
+            1
+        };
+        let (regions, header_regions) = (SharedRegions(dests), SharedRegions(&header_regions));
+        let exec = overlap(
+            pending,
+            |slot| Slot::from_id(slot).tensor(),
+            threads,
             cancel,
+            |i| {
+                self.check_one(selection[i], i, &header_regions, &regions, opts, cancel)
+                    .map_err(|e| e.with_uri(&uri))
+            },
+            |on_landed| {
+                execute(
+                    Arc::clone(&self.source),
+                    plan,
+                    Arc::clone(&destinations),
+                    ExecOptions {
+                        concurrency,
+                        staging_budget,
+                        progress: opts.progress.clone(),
+                        on_landed: Some(on_landed),
+                        max_concurrency,
+                        throughput_target: opts.throughput_target,
+                    },
+                    cancel,
+                )
+            },
         )?;
         drop(destinations);
-
-        self.check_records(selection, &headers, dests, opts, cancel)?;
 
         Ok(LoadStats {
             bytes_fetched: exec.bytes_fetched,
@@ -269,115 +327,82 @@ impl TensorFile {
             requests: exec.requests,
             retries: exec.retries,
             seconds: started.elapsed().as_secs_f64(),
-            concurrency,
+            concurrency: exec.max_in_flight as usize,
             peak_host_bytes: header_bytes + exec.peak_staging,
         })
     }
 
-    /// Checks every record header against the index, zero-fills meta
-    /// tensors, decrypts, and verifies hashes when asked (spread over the
-    /// cores; decryption also splits large tensors by chunk).
-    fn check_records(
+    /// Checks the record header of selected tensor `i` (index entry `e`)
+    /// against the index, zero-fills a meta tensor, decrypts, and verifies
+    /// hashes when asked. Called once per tensor, when all of its bytes have
+    /// landed, possibly while other tensors are still being fetched.
+    fn check_one(
         &self,
-        selection: &[usize],
-        headers: &[Vec<u8>],
-        dests: &[(*mut u8, usize)],
+        e: usize,
+        i: usize,
+        headers: &SharedRegions<'_>,
+        dests: &SharedRegions<'_>,
         opts: &LoadOptions,
         cancel: &CancelToken,
     ) -> Result<()> {
-        let verify_hash = opts.verify_hash;
-        let decryption = opts.decryption.as_deref();
-        let uri = self.uri();
-        let has_crypt = self.index.has_crypt_info();
-        let dests = SharedRegions(dests);
-        let check_one = |i: usize| -> Result<()> {
-            cancel.check()?;
-            let entry = &self.index.entries[selection[i]];
-            // A sliced tensor has no header read (see `load_into`).
-            let record = if headers[i].is_empty() {
-                None
-            } else {
-                Some(
-                    RecordHeader::parse(
-                        &headers[i],
-                        entry.header_offset,
-                        entry.long_dims,
-                        has_crypt,
-                    )
-                    .and_then(|r| r.check_matches(entry).map(|_| r))
-                    .map_err(|e| e.with_tensor(entry.display_name()))?,
-                )
-            };
-            let (ptr, len) = dests.get(i);
-            // SAFETY: the executor has finished, so nothing else writes this
-            // region; the caller's contract makes it valid for `len` bytes;
-            // each index `i` is handled by exactly one thread.
-            let data: &mut [u8] = if len == 0 {
-                &mut []
-            } else {
-                unsafe { std::slice::from_raw_parts_mut(ptr, len) }
-            };
-            if entry.is_meta() {
-                data.fill(0);
-            } else if let (Some(d), Some(record)) = (decryption, &record) {
-                // Before hashing: tensorizer hashes the plaintext.
-                crypt::decrypt_record(
-                    d,
-                    record,
-                    &headers[i],
-                    entry.header_offset,
-                    data,
-                    entry.data_offset,
-                )
-                .map_err(|e| e.with_tensor(entry.display_name()))?;
-            }
-            if let (true, Some(record)) = (verify_hash, &record) {
-                let wire: &[u8] = if entry.is_meta() { &[] } else { data };
-                hash::verify(record, &headers[i], wire).map_err(|e| {
-                    e.with_tensor(entry.display_name())
-                        .with_range(entry.header_offset..entry.data_offset + entry.data_length)
-                })?;
-            }
-            Ok(())
-        };
-        let threads = if verify_hash || decryption.is_some() {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
-                .min(selection.len())
-                .max(1)
+        cancel.check()?;
+        let entry = &self.index.entries[e];
+        let (hptr, hlen) = headers.get(i);
+        // SAFETY: every part writing this header has landed (the caller
+        // calls this only then) and none writes it again; the buffer is
+        // owned by `load_into` and outlives the load.
+        let header: &[u8] = if hlen == 0 {
+            &[]
         } else {
-            1
+            unsafe { std::slice::from_raw_parts(hptr, hlen) }
         };
-        if threads == 1 {
-            return (0..selection.len())
-                .try_for_each(check_one)
-                .map_err(|e| e.with_uri(uri));
+        // A sliced tensor has no header read (see `load_into`).
+        let record = if header.is_empty() {
+            None
+        } else {
+            Some(
+                RecordHeader::parse(
+                    header,
+                    entry.header_offset,
+                    entry.long_dims,
+                    self.index.has_crypt_info(),
+                )
+                .and_then(|r| r.check_matches(entry).map(|_| r))
+                .map_err(|err| err.with_tensor(entry.display_name()))?,
+            )
+        };
+        let (ptr, len) = dests.get(i);
+        // SAFETY: as for the header: all of this tensor's bytes have landed
+        // and nothing else writes or reads them until the load returns; the
+        // caller's contract makes the region valid for `len` bytes; each `i`
+        // is handled by exactly one thread.
+        let data: &mut [u8] = if len == 0 {
+            &mut []
+        } else {
+            unsafe { std::slice::from_raw_parts_mut(ptr, len) }
+        };
+        if entry.is_meta() {
+            data.fill(0);
+        } else if let (Some(d), Some(record)) = (opts.decryption.as_deref(), &record) {
+            // Before hashing: tensorizer hashes the plaintext.
+            crypt::decrypt_record(
+                d,
+                record,
+                header,
+                entry.header_offset,
+                data,
+                entry.data_offset,
+            )
+            .map_err(|err| err.with_tensor(entry.display_name()))?;
         }
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let failure = std::sync::Mutex::new(None::<Error>);
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    if i >= selection.len() {
-                        break;
-                    }
-                    if let Err(e) = check_one(i) {
-                        let mut slot = failure.lock().unwrap_or_else(|p| p.into_inner());
-                        if slot.is_none() {
-                            *slot = Some(e);
-                        }
-                        next.store(selection.len(), std::sync::atomic::Ordering::Relaxed);
-                        break;
-                    }
-                });
-            }
-        });
-        match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            Some(e) => Err(e.with_uri(uri)),
-            None => Ok(()),
+        if let (true, Some(record)) = (opts.verify_hash, &record) {
+            let wire: &[u8] = if entry.is_meta() { &[] } else { data };
+            hash::verify(record, header, wire).map_err(|err| {
+                err.with_tensor(entry.display_name())
+                    .with_range(entry.header_offset..entry.data_offset + entry.data_length)
+            })?;
         }
+        Ok(())
     }
 
     /// Requests and bytes spent on discovery (header and index reads).
@@ -423,7 +448,8 @@ async fn read_index(
     Ok((index, disc.size, (requests, fetched)))
 }
 
-/// The caller's regions, shareable with the hash-checking threads.
+/// Record-header buffers or the caller's regions, shareable with the
+/// threads that check tensors as they land.
 struct SharedRegions<'a>(&'a [(*mut u8, usize)]);
 
 impl SharedRegions<'_> {
@@ -433,6 +459,7 @@ impl SharedRegions<'_> {
 }
 
 // SAFETY: the regions are plain memory, valid for the whole load by
-// `load_into`'s contract; each thread touches only the regions of the
-// indices it claims, so no two threads access the same bytes.
+// `load_into`'s contract; a checking thread touches only the regions of the
+// tensor it was handed, after the executor's last write to them, and each
+// tensor is handed to one thread, so no two threads access the same bytes.
 unsafe impl Sync for SharedRegions<'_> {}

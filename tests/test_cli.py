@@ -124,3 +124,49 @@ def test_inspect_into_a_closed_pipe_exits_quietly(tmp_path):
     err = proc.stderr.read().decode()
     assert rc == 0, err
     assert "BrokenPipe" not in err
+
+
+def test_verify_encrypted_with_a_key_file_or_a_passphrase_variable(tmp_path):
+    """Keys reach the CLI only through a file or an environment variable (a
+    command-line value would show in the process list), and never its output."""
+    import os
+
+    from tensorizer import EncryptionParams, TensorSerializer
+
+    sd = {k: v for k, v in SD.items() if v.numel()}  # tensorizer cannot encrypt empty tensors
+    key = bytes(range(32))
+    keyfile = tmp_path / "key.bin"
+    keyfile.write_bytes(key)
+    by_key = tmp_path / "by-key.tensors"
+    ser = TensorSerializer(str(by_key), encryption=EncryptionParams(key=key))
+    ser.write_state_dict(sd)
+    ser.close()
+    by_pass = tmp_path / "by-pass.tensors"
+    phrase = "cli-passphrase-Zq9"
+    enc = EncryptionParams.from_string(phrase, opslimit=1, memlimit=8192)
+    ser = TensorSerializer(str(by_pass), encryption=enc)
+    ser.write_state_dict(sd)
+    ser.close()
+
+    out = run("verify", by_key, "--key-file", keyfile)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("OK") and f"{len(sd)} tensors" in out.stdout
+
+    os.environ["FASTSHARD_TEST_PASSPHRASE"] = phrase
+    try:
+        out = run("verify", by_pass, "--passphrase-env", "FASTSHARD_TEST_PASSPHRASE")
+        assert out.returncode == 0, out.stderr
+        os.environ["FASTSHARD_TEST_PASSPHRASE"] = "not-the-passphrase-Kx2"
+        wrong = run("verify", by_pass, "--passphrase-env", "FASTSHARD_TEST_PASSPHRASE")
+    finally:
+        del os.environ["FASTSHARD_TEST_PASSPHRASE"]
+    assert wrong.returncode != 0 and not wrong.stdout.startswith("OK")
+    assert "not-the-passphrase-Kx2" not in wrong.stdout + wrong.stderr
+    assert phrase not in out.stdout + out.stderr
+
+    nokey = run("verify", by_key)
+    assert nokey.returncode == 2 and "encrypt" in nokey.stderr.lower()
+    unset = run("verify", by_key, "--passphrase-env", "FASTSHARD_NO_SUCH_VARIABLE")
+    assert unset.returncode == 2 and "FASTSHARD_NO_SUCH_VARIABLE" in unset.stderr
+    both = run("verify", by_key, "--key-file", keyfile, "--passphrase-env", "X")
+    assert both.returncode == 2  # argparse: one key source at most

@@ -128,6 +128,7 @@ class Reader:
         slices: Sequence[tuple[int, Sequence[tuple[int, int]]] | None] | None = None,
         verify_hash: bool = False,
         concurrency: int | None = None,
+        throughput_target_gbps: float | None = None,
         part_size_bytes: int | None = None,
         max_host_bytes: int | None = None,
         encryption: EncryptionTuple | None = None,

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from . import _native, _progress, bench, packed
-from .errors import FastshardError, FormatError, IntegrityError
+from .errors import FastshardError, FormatError, IntegrityError, InvalidArgumentError
 
 # verify reuses one buffer of this size, so memory stays bounded whatever the
 # file size (a single larger tensor gets a buffer of its own size).
@@ -124,6 +124,7 @@ def _verify(
     sizes: list[int],
     pool: bytearray,
     progress: _native.Progress | None = None,
+    key: tuple[str, bytes, int, int] | None = None,
 ) -> None:
     need = sum(sizes[i] for i in indices)
     mem = memoryview(pool if need <= len(pool) else bytearray(need))
@@ -132,11 +133,27 @@ def _verify(
     for i in indices:
         views.append(mem[pos : pos + sizes[i]])
         pos += sizes[i]
-    reader.load(indices, views, verify_hash=True, progress=progress)
+    reader.load(indices, views, verify_hash=True, progress=progress, encryption=key)
+
+
+def _key(args: argparse.Namespace) -> tuple[str, bytes, int, int] | None:
+    """The key of ``--key-file`` or ``--passphrase-env``: never a command-line
+    value, which other users of the machine could read in the process list."""
+    from .crypt import EncryptionKey
+
+    if args.key_file:
+        return EncryptionKey.from_file(args.key_file).native()
+    if args.passphrase_env:
+        value = os.environ.get(args.passphrase_env)
+        if not value:
+            raise InvalidArgumentError(f"environment variable {args.passphrase_env} is not set")
+        return EncryptionKey.from_passphrase(value).native()
+    return None
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    key = _key(args)
     reader = _native.Reader(args.uri)
     entries = reader.entries()
     sizes = [_nbytes(e[3], e[4]) for e in entries]
@@ -146,7 +163,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     with _progress.Bar(reader.uri, sum(sizes), show) as bar:
         for batch in _batches(sizes, args.batch_bytes):
             try:
-                _verify(reader, batch, sizes, pool, bar.counter)
+                _verify(reader, batch, sizes, pool, bar.counter, key)
             except IntegrityError as err:
                 # A batch stops at its first mismatch; recheck its tensors
                 # one by one so every bad tensor is reported.
@@ -155,7 +172,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     continue
                 for i in batch:
                     try:
-                        _verify(reader, [i], sizes, pool)
+                        _verify(reader, [i], sizes, pool, key=key)
                     except IntegrityError as one:
                         bad.append(one)
     seconds = time.perf_counter() - started
@@ -200,6 +217,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--progress",
         action="store_true",
         help="show a progress bar (default: only on a terminal, for files of 1 GiB or more)",
+    )
+    keys = p.add_mutually_exclusive_group()
+    keys.add_argument(
+        "--key-file",
+        metavar="PATH",
+        help="encrypted files: a file holding the raw 32-byte key (vLLM's encryption_keyfile)",
+    )
+    keys.add_argument(
+        "--passphrase-env",
+        metavar="VAR",
+        help="encrypted files: the name of an environment variable holding the passphrase",
     )
     p.set_defaults(func=cmd_verify)
     p = sub.add_parser(

@@ -27,7 +27,14 @@ StateDict = dict[str, torch.Tensor] | dict[Any, Any] | list[Any]
 
 # Options of one native load (``Reader.load``).
 _LOAD_OPTS = frozenset(
-    {"verify_hash", "concurrency", "part_size_bytes", "max_host_bytes", "encryption"}
+    {
+        "verify_hash",
+        "concurrency",
+        "part_size_bytes",
+        "max_host_bytes",
+        "encryption",
+        "throughput_target_gbps",
+    }
 )
 # Options of the source (``Reader(uri, **opts)``, ``write_file``): where an
 # S3 object or URL is, which credentials to use, how hard to retry.
@@ -541,8 +548,11 @@ def open(uri: str | os.PathLike[str], **opts: Any) -> TensorFile:  # noqa: A001
     only that rank's tensors, unprefixed; with ``rank=None`` every tensor.
 
     Load options: ``verify_hash`` (check CRC32 and SHA-256 of every tensor
-    loaded), ``concurrency`` (ranged reads in flight), ``part_size_bytes``
-    (bytes per read), ``encryption`` (a ``fastshard.EncryptionKey``, needed
+    loaded), ``concurrency`` (ranged reads in flight; unset, network loads
+    start at 64 and double while throughput rises, up to 512),
+    ``throughput_target_gbps`` (unset concurrency only: start with as many
+    reads as that needs at ~70 MB/s each, and stop growing once there),
+    ``part_size_bytes`` (bytes per read), ``encryption`` (a ``fastshard.EncryptionKey``, needed
     for files tensorizer or fastshard encrypted; a wrong key or modified
     data raises IntegrityError and returns nothing).
 

@@ -9,12 +9,17 @@ use std::time::Instant;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use super::adapt::Growth;
 use super::{runtime, CancelToken, Destinations};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{PartStats, RangeSource};
 use crate::plan::ReadPlan;
 
-#[derive(Debug, Clone)]
+/// Told, on the runtime's threads, about every part that landed in full:
+/// the `(slot, bytes)` of each of its segments. Must return quickly.
+pub type OnLanded = Arc<dyn Fn(&[(usize, u64)]) + Send + Sync>;
+
+#[derive(Clone)]
 pub struct ExecOptions {
     pub concurrency: usize,
     /// Bytes of staging memory (see `RangeSource::staging_bytes`) the parts
@@ -24,6 +29,14 @@ pub struct ExecOptions {
     /// Wanted bytes (segments) of every part that completed are added here,
     /// for a progress bar that polls it from another thread.
     pub progress: Option<Arc<AtomicU64>>,
+    /// Lets the caller work on a tensor (hash, decrypt) as soon as its last
+    /// byte lands instead of after the whole load.
+    pub on_landed: Option<OnLanded>,
+    /// Grow the requests in flight from `concurrency` up to this while it
+    /// raises throughput (`adapt::Growth`); `None`: exactly `concurrency`.
+    pub max_concurrency: Option<usize>,
+    /// Bytes a second past which growing stops.
+    pub throughput_target: Option<f64>,
 }
 
 impl ExecOptions {
@@ -32,7 +45,23 @@ impl ExecOptions {
             concurrency,
             staging_budget: None,
             progress: None,
+            on_landed: None,
+            max_concurrency: None,
+            throughput_target: None,
         }
+    }
+}
+
+impl std::fmt::Debug for ExecOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecOptions")
+            .field("concurrency", &self.concurrency)
+            .field("staging_budget", &self.staging_budget)
+            .field("progress", &self.progress)
+            .field("on_landed", &self.on_landed.is_some())
+            .field("max_concurrency", &self.max_concurrency)
+            .field("throughput_target", &self.throughput_target)
+            .finish()
     }
 }
 
@@ -52,6 +81,8 @@ pub struct ExecStats {
     pub seconds: f64,
     /// Most staging bytes held at once by the parts in flight.
     pub peak_staging: u64,
+    /// Most requests (parts) in flight at once.
+    pub max_in_flight: u64,
 }
 
 /// Fetches every part of `plan` into `dest`; blocks until all are done.
@@ -92,8 +123,16 @@ pub fn execute(
     let staged = Arc::new(AtomicU64::new(0));
     let peak = Arc::new(AtomicU64::new(0));
     let peak_out = Arc::clone(&peak);
+    let in_flight = Arc::new(AtomicU64::new(0));
+    let max_in_flight = Arc::new(AtomicU64::new(0));
+    let max_in_flight_out = Arc::clone(&max_in_flight);
+    let start = opts.concurrency.max(1);
+    let growth = Arc::new(std::sync::Mutex::new(
+        Growth::new(start, opts.max_concurrency.unwrap_or(start), Instant::now())
+            .with_target(opts.throughput_target),
+    ));
     let result = rt.block_on(async move {
-        let permits = Arc::new(Semaphore::new(opts.concurrency.max(1)));
+        let permits = Arc::new(Semaphore::new(start));
         let budget = budget_cap.map(|cap| Arc::new(Semaphore::new(cap as usize)));
         let mut tasks: JoinSet<Result<PartStats>> = JoinSet::new();
         let mut totals = PartStats::default();
@@ -172,11 +211,31 @@ pub fn execute(
             let held = Arc::clone(&staged);
             let wanted: u64 = part.segments.iter().map(|s| s.len).sum();
             let progress = opts.progress.clone();
+            let landed = opts.on_landed.clone().map(|f| {
+                let segments: Vec<(usize, u64)> =
+                    part.segments.iter().map(|s| (s.slot, s.len)).collect();
+                (f, segments)
+            });
             let fut = Arc::clone(&source).read_part(part, Arc::clone(&dest), stop.clone());
+            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            max_in_flight.fetch_max(now, Ordering::SeqCst);
+            let (in_flight, growth, permits) =
+                (Arc::clone(&in_flight), Arc::clone(&growth), Arc::clone(&permits));
             tasks.spawn(async move {
                 let out = fut.await;
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                if out.is_ok() {
+                    let more = growth
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .completed(wanted, Instant::now());
+                    permits.add_permits(more);
+                }
                 if let (Some(p), Ok(_)) = (&progress, &out) {
                     p.fetch_add(wanted, Ordering::Relaxed);
+                }
+                if let (Some((f, segments)), Ok(_)) = (&landed, &out) {
+                    f(segments);
                 }
                 held.fetch_sub(need, Ordering::SeqCst);
                 drop(room);
@@ -200,6 +259,7 @@ pub fn execute(
         retries: totals.retries,
         seconds: started.elapsed().as_secs_f64(),
         peak_staging: peak_out.load(Ordering::SeqCst),
+        max_in_flight: max_in_flight_out.load(Ordering::SeqCst),
     })
 }
 
@@ -269,6 +329,9 @@ mod tests {
             concurrency: 8,
             staging_budget: Some(25_000),
             progress: Some(Arc::clone(&progress)),
+            on_landed: None,
+            max_concurrency: None,
+            throughput_target: None,
         };
         let stats = execute(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap();
         assert_eq!(out, bytes);
@@ -296,6 +359,9 @@ mod tests {
             concurrency: 8,
             staging_budget: Some(64 * 1024),
             progress: None,
+            on_landed: None,
+            max_concurrency: None,
+            throughput_target: None,
         };
         let err = execute(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Budget);

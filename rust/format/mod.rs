@@ -11,6 +11,8 @@ mod crypt_info;
 mod crypt_key;
 pub mod cursor;
 pub mod dtype;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hash;
 pub mod header;
 pub mod index;
@@ -18,6 +20,8 @@ pub mod names;
 pub mod record;
 pub mod writer;
 
+#[cfg(test)]
+mod fuzz_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]

@@ -2,10 +2,11 @@
 //! through every parser, and no input (random, or a valid file with flipped
 //! bytes or cut short) makes a parser panic.
 
+use super::fuzzing::exercise;
 use super::names::{PathPart, TensorName};
 use super::test_util::{read_back, write};
 use super::writer::{IndexMode, WriteSpec};
-use super::{hash, Dtype, FileHeader, Index, RecordHeader, TensorType};
+use super::{Dtype, FileHeader, TensorType};
 use proptest::prelude::*;
 
 fn arb_dtype() -> impl Strategy<Value = Dtype> {
@@ -97,49 +98,8 @@ fn data_for(specs: &[WriteSpec], seed: u8) -> Vec<Vec<u8>> {
 }
 
 /// Runs every reader-side function over `bytes`; only panics matter.
-fn exercise(bytes: &[u8]) {
-    let _ = FileHeader::parse(bytes);
-    let _ = TensorName::decode(bytes);
-    let _ = Dtype::from_tensorizer(bytes);
-    for long in [false, true] {
-        for crypt in [false, true] {
-            if let Ok(r) = RecordHeader::parse(bytes, 0, long, crypt) {
-                let _ = r.hash_input(bytes);
-                let _ = hash::verify(&r, bytes, &[]);
-            }
-        }
-    }
-    for size in [None, Some(bytes.len() as u64)] {
-        let Ok(index) = Index::parse(bytes, size) else {
-            continue;
-        };
-        for e in &index.entries {
-            let _ = (
-                e.numel(),
-                e.expected_nbytes(),
-                e.is_meta(),
-                e.record_range(),
-            );
-            let Some(hbuf) = bytes.get(e.header_offset as usize..) else {
-                continue;
-            };
-            let Ok(r) =
-                RecordHeader::parse(hbuf, e.header_offset, e.long_dims, index.has_crypt_info())
-            else {
-                continue;
-            };
-            let _ = r.check_matches(e);
-            let data = bytes
-                .get(e.data_offset as usize..)
-                .and_then(|d| d.get(..e.data_length as usize))
-                .unwrap_or_default();
-            let _ = hash::verify(&r, hbuf, data);
-        }
-    }
-}
-
 /// Small valid files (exact index) to corrupt: plain, opaque + meta, long.
-fn bases() -> Vec<Vec<u8>> {
+pub(super) fn bases() -> Vec<Vec<u8>> {
     use super::test_util::{meta, path, sd};
     let sets: Vec<Vec<WriteSpec>> = vec![
         vec![

@@ -55,7 +55,9 @@ impl HttpSource {
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .read_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(64)
+            // Keep every connection an adaptive load may open for its next
+            // round: reconnecting costs a handshake where it hurts most.
+            .pool_max_idle_per_host(super::sink::NETWORK_MAX_CONCURRENCY)
             // Ranges must arrive as stored bytes, never re-encoded.
             .no_gzip()
             .user_agent(concat!("fastshard/", env!("CARGO_PKG_VERSION")));

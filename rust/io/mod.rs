@@ -76,8 +76,22 @@ pub trait RangeSource: Send + Sync + 'static {
     /// How plans for this source should coalesce and split.
     fn plan_options(&self) -> PlanOptions;
 
-    /// Parts in flight that this source serves best with.
+    /// Parts in flight that this source serves best with (where a load
+    /// adapts, the number it starts from).
     fn default_concurrency(&self) -> usize;
+
+    /// Where a load that set no concurrency may grow its requests in flight
+    /// to while throughput keeps rising (`exec::adapt`); `None`: it stays at
+    /// `default_concurrency`, as local files do (a disk is not a network).
+    fn max_concurrency(&self) -> Option<usize> {
+        None
+    }
+
+    /// The part size for a load of `bytes` when none was set, if it should
+    /// differ from `plan_options().part_size`.
+    fn part_size_for(&self, _bytes: u64) -> Option<u64> {
+        None
+    }
 
     /// Host memory that reading `part` allocates beyond the destinations
     /// (scratch for gap bytes), counted against a load's memory budget.

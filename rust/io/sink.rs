@@ -85,14 +85,35 @@ impl<'a> PartSink<'a> {
     }
 }
 
-/// How network sources (S3, HTTP) coalesce and split, and how many parts
-/// they keep in flight: chosen by the sweep in `benches/bench_remote.py`.
+/// How network sources (S3, HTTP) coalesce and split: the largest part, for
+/// loads big enough to need it (the sweep in `benches/bench_remote.py`);
+/// smaller loads get smaller parts, see `network_part_size`.
 pub const NETWORK_PLAN: PlanOptions = PlanOptions {
     gap_threshold: 1024 * 1024,
     part_size: 16 * 1024 * 1024,
     max_amplification: None,
 };
-pub const NETWORK_CONCURRENCY: usize = 16;
+/// Requests a network load starts with when none was set. An object store
+/// answers in ~20-80 ms and carries ~90 MB/s per connection, so a 100 Gb/s
+/// node needs hundreds in flight; a start that covers the latency of a
+/// modest load at once, then `exec::adapt` doubles while it pays.
+pub const NETWORK_CONCURRENCY: usize = 64;
+/// The ceiling of that growth: past a few hundred connections per process
+/// aws-sdk-rust users report connect failures (its issue #1136).
+pub const NETWORK_MAX_CONCURRENCY: usize = 512;
+/// Parts are never smaller than this by default: each request pays the
+/// store's first-byte latency (and S3 bills and rate-limits per request).
+pub const NETWORK_MIN_PART: u64 = 1024 * 1024;
+
+/// A part size that gives a load of `bytes` at least one part per request
+/// it starts with, so a small load is not fetched by a few connections
+/// while the rest sit idle: `bytes / NETWORK_CONCURRENCY`, in whole MiB,
+/// between `NETWORK_MIN_PART` and `NETWORK_PLAN.part_size`.
+pub fn network_part_size(bytes: u64) -> u64 {
+    let per = bytes.div_ceil(NETWORK_CONCURRENCY as u64);
+    let mib = NETWORK_MIN_PART;
+    (per.div_ceil(mib) * mib).clamp(NETWORK_MIN_PART, NETWORK_PLAN.part_size)
+}
 
 /// Runs a request again on transient failures, within the policy's
 /// attempts and the token's deadline. The closure rebuilds the request.
@@ -287,6 +308,14 @@ impl<T: RangedObject> RangeSource for T {
     fn default_concurrency(&self) -> usize {
         NETWORK_CONCURRENCY
     }
+
+    fn max_concurrency(&self) -> Option<usize> {
+        Some(NETWORK_MAX_CONCURRENCY)
+    }
+
+    fn part_size_for(&self, bytes: u64) -> Option<u64> {
+        Some(network_part_size(bytes))
+    }
 }
 
 #[cfg(test)]
@@ -294,6 +323,16 @@ mod tests {
     use super::*;
     use crate::plan::Segment;
     use std::time::Instant;
+
+    #[test]
+    fn small_loads_get_a_part_per_starting_request() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(network_part_size(0), MIB);
+        assert_eq!(network_part_size(10 * MIB), MIB);
+        assert_eq!(network_part_size(256 * MIB), 4 * MIB);
+        assert_eq!(network_part_size(256 * MIB + 1), 5 * MIB);
+        assert_eq!(network_part_size(64 << 30), NETWORK_PLAN.part_size);
+    }
 
     #[test]
     fn a_stalled_attempt_ends_at_the_deadline_or_on_cancel() {

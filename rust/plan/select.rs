@@ -24,6 +24,13 @@ impl Slot {
         }
     }
 
+    /// The selected tensor the slot belongs to.
+    pub fn tensor(self) -> usize {
+        match self {
+            Slot::Header(i) | Slot::Data(i) => i,
+        }
+    }
+
     pub fn from_id(id: usize) -> Slot {
         if id % 2 == 0 {
             Slot::Header(id / 2)

@@ -96,7 +96,7 @@ impl Reader {
         Ok(list)
     }
 
-    #[pyo3(signature = (indices, buffers, *, slices=None, verify_hash=false, concurrency=None, part_size_bytes=None, max_host_bytes=None, encryption=None, progress=None))]
+    #[pyo3(signature = (indices, buffers, *, slices=None, verify_hash=false, concurrency=None, throughput_target_gbps=None, part_size_bytes=None, max_host_bytes=None, encryption=None, progress=None))]
     #[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
     fn load<'py>(
         &self,
@@ -106,6 +106,7 @@ impl Reader {
         slices: Option<Vec<PySlice>>,
         verify_hash: bool,
         concurrency: Option<usize>,
+        throughput_target_gbps: Option<f64>,
         part_size_bytes: Option<u64>,
         max_host_bytes: Option<u64>,
         encryption: Option<Bound<'py, PyAny>>,
@@ -126,9 +127,16 @@ impl Reader {
             held.release(py);
             return Err(to_py(e.with_uri(uri)));
         }
+        if let Some(t) = throughput_target_gbps.filter(|t| !(t.is_finite() && *t > 0.0)) {
+            held.release(py);
+            return Err(to_py(Error::invalid(format!(
+                "throughput_target_gbps must be a positive number of gigabits a second, not {t}"
+            ))));
+        }
         let opts = LoadOptions {
             verify_hash,
             concurrency,
+            throughput_target: throughput_target_gbps.map(|g| g * 1e9 / 8.0),
             part_size: part_size_bytes,
             max_host_bytes,
             decryption,

@@ -106,7 +106,10 @@ def _fastshard(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     import fastshard
 
     ws = spec.get("world_size", 1)
-    with fastshard.open(spec["uri"], **spec.get("opts", {})) as f:
+    opts = dict(spec.get("opts", {}))
+    if "key_hex" in spec:  # JSON carries no key object: the raw 32-byte key, as hex
+        opts["encryption"] = fastshard.EncryptionKey.from_bytes(bytes.fromhex(spec["key_hex"]))
+    with fastshard.open(spec["uri"], **opts) as f:
         kwargs: dict[str, Any] = {}
         if ws > 1:  # rank's dim-0 slice of every 2-D tensor that splits evenly
             specs = {i.name: (0 if len(i.shape) == 2 and i.shape[0] % ws == 0 else None)
@@ -128,7 +131,12 @@ def _tensorizer(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     from tensorizer.stream_io import open_stream
 
     stream = open_stream(spec["uri"], "rb", **spec.get("opts", {}))
-    with TensorDeserializer(stream, device="cpu") as d:
+    kwargs: dict[str, Any] = {"verify_hash": bool(spec.get("verify_hash", False))}
+    if "key_hex" in spec:
+        from tensorizer import DecryptionParams
+
+        kwargs["encryption"] = DecryptionParams.from_key(bytes.fromhex(spec["key_hex"]))
+    with TensorDeserializer(stream, device="cpu", **kwargs) as d:
         sd = {k: d[k] for k in d.keys()}  # noqa: SIM118 (a Mapping)
     with contextlib.suppress(Exception):
         stream.close()

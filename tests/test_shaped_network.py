@@ -1,0 +1,162 @@
+"""Loads through the shaping proxy (examples/shaper.rs): an object store's
+first-byte latency and per-connection bandwidth on loopback. Checks how
+many requests a load keeps in flight, that it grows them by itself when
+that pays, and that hundreds at once finish with no failed request.
+
+Throughput against a raw client is a benchmark, not a test here
+(benches/bench_network.py): these assert counts and data, not seconds."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import TRANSPORTS, assert_state_equal
+
+import fastshard
+from fastshard.bench import servers
+from fastshard.bench.shaper import REPO, Shaper, find_shaper
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+@pytest.fixture(scope="module")
+def shaper_binary() -> str:
+    try:
+        return find_shaper()
+    except servers.MissingBinary:
+        # `cargo test` builds it before pytest in CI; a bare pytest run
+        # builds it here (the dependencies are usually built already).
+        subprocess.run(
+            ["cargo", "build", "--no-default-features", "--example", "shaper"],
+            cwd=REPO,
+            check=True,
+        )
+        return find_shaper()
+
+
+Shaped = Callable[..., tuple[Shaper, str, dict[str, Any]]]
+
+
+@pytest.fixture(params=TRANSPORTS)
+def shaped(request: pytest.FixtureRequest, shaper_binary: str, tmp_path: Path) -> Iterator[Shaped]:
+    """shaped(name, latency_ms, rate_mbps) -> (shaper, uri, opts): the
+    corpus file ``name`` reached through a new shaping proxy."""
+    transport = request.param
+    started: list[Shaper] = []
+    if transport == "s3":
+        server = request.getfixturevalue("seaweed")
+        files = request.getfixturevalue("s3_corpus")
+        port = server.s3_port
+    else:
+        server = request.getfixturevalue("nginx")
+        files = request.getfixturevalue("http_corpus")
+        port = server.port
+
+    def route(name: str, latency_ms: float = 50, rate_mbps: float = 25) -> Any:
+        root = tmp_path / f"shaper{len(started)}"
+        shaper = Shaper(port, root, latency_ms=latency_ms, rate_mbps=rate_mbps)
+        started.append(shaper.start(shaper_binary))
+        uri = files[name].uris[transport]
+        if transport == "s3":
+            return shaper, uri, server.opts(s3_endpoint=shaper.endpoint)
+        return shaper, uri.replace(f"127.0.0.1:{port}", f"127.0.0.1:{shaper.port}"), {}
+
+    yield route
+    for s in started:
+        s.stop()
+
+
+def _settled(shaper: Shaper, key: str, want: int) -> dict[str, Any]:
+    """The proxy's counters once ``key`` reached ``want`` (they are written
+    every 100 ms)."""
+    import time
+
+    deadline = time.monotonic() + 3
+    stats = shaper.stats()
+    while stats.get(key, 0) < want and time.monotonic() < deadline:
+        time.sleep(0.05)
+        stats = shaper.stats()
+    return stats
+
+
+def test_the_proxy_really_delays_and_caps(shaped: Shaped) -> None:
+    """The shaping itself: a single-connection load of one MiB-sized part
+    cannot beat 25 MB/s, and every request waits the first-byte latency."""
+    shaper, uri, opts = shaped("tz-big", latency_ms=40, rate_mbps=25)
+    with fastshard.open(uri, concurrency=1, part_size_bytes=4 * MiB, **opts) as f:
+        f.load_state_dict()
+        stats = f.stats
+    # 43 MiB at 25 MB/s on one connection: at least 1.8 s, plus 40 ms per request.
+    assert stats.seconds >= stats.bytes_fetched / 25e6
+    assert stats.seconds >= 0.04 * stats.requests
+    assert stats.concurrency == 1
+
+
+def test_default_settings_put_a_small_load_in_flight_at_once(shaped: Shaped, corpus: Any) -> None:
+    """43 MiB with no settings: parts of 1 MiB, all requested at once (one
+    round of first-byte latency, not one per few parts); a fixed setting
+    still wins and caps the requests in flight."""
+    shaper, uri, opts = shaped("tz-big")
+    with fastshard.open(uri, **opts) as f:
+        sd = f.load_state_dict()
+        stats = f.stats
+    assert_state_equal(sd, corpus["tz-big"].source)
+    assert stats.requests >= 40 and stats.retries == 0
+    assert stats.concurrency >= 40, stats
+    assert _settled(shaper, "max_open", 40)["max_open"] >= 40
+
+    with fastshard.open(uri, concurrency=4, **opts) as f:
+        assert_state_equal(f.load_state_dict(), corpus["tz-big"].source)
+        assert 1 <= f.stats.concurrency <= 4
+
+
+def test_requests_in_flight_grow_past_the_start_while_throughput_rises(
+    shaped: Shaped, corpus: Any
+) -> None:
+    """Small parts (344 of them) and no concurrency set: the load starts at
+    64 in flight and doubles after the first round, since each connection
+    adds 25 MB/s through the proxy."""
+    shaper, uri, opts = shaped("tz-big", latency_ms=50, rate_mbps=25)
+    with fastshard.open(uri, part_size_bytes=128 * KiB, **opts) as f:
+        sd = f.load_state_dict()
+        stats = f.stats
+    assert_state_equal(sd, corpus["tz-big"].source)
+    assert stats.requests >= 300 and stats.retries == 0
+    assert stats.concurrency >= 128, stats
+    assert _settled(shaper, "max_open", 128)["max_open"] >= 128
+
+
+def test_256_requests_in_flight_finish_with_no_failed_request(shaped: Shaped, corpus: Any) -> None:
+    """256 at once (aws-sdk-rust users report connect failures past ~200,
+    its issue #1136): every request answered, none retried. The proxy's
+    latency keeps all 256 open at the same time, which it counts."""
+    shaper, uri, opts = shaped("tz-big", latency_ms=150, rate_mbps=0)
+    with fastshard.open(uri, concurrency=256, part_size_bytes=128 * KiB, **opts) as f:
+        sd = f.load_state_dict()
+        stats = f.stats
+    assert_state_equal(sd, corpus["tz-big"].source)
+    assert stats.retries == 0, stats
+    assert stats.concurrency == 256, stats
+    counters = _settled(shaper, "max_open", 256)
+    assert counters["max_open"] >= 256 and counters["upstream_failures"] == 0, counters
+
+
+def test_a_throughput_target_sizes_the_start_and_stops_the_growth(
+    shaped: Shaped, corpus: Any
+) -> None:
+    """throughput_target_gbps=0.8 (100 MB/s) asks for 2 requests at the
+    start (~70 MB/s each on real S3); through 25 MB/s connections the load
+    grows until the target is met or growth stops paying, far short of
+    the 64 an untargeted load starts with."""
+    shaper, uri, opts = shaped("tz-big", latency_ms=20, rate_mbps=25)
+    with fastshard.open(uri, throughput_target_gbps=0.8, **opts) as f:
+        sd = f.load_state_dict()
+        stats = f.stats
+    assert_state_equal(sd, corpus["tz-big"].source)
+    assert 2 <= stats.concurrency <= 16, stats
+    with pytest.raises(fastshard.InvalidArgumentError, match="throughput_target_gbps"):
+        fastshard.load_state_dict(uri, throughput_target_gbps=-1, **opts)
