@@ -160,3 +160,28 @@ def test_a_throughput_target_sizes_the_start_and_stops_the_growth(
     assert 2 <= stats.concurrency <= 16, stats
     with pytest.raises(fastshard.InvalidArgumentError, match="throughput_target_gbps"):
         fastshard.load_state_dict(uri, throughput_target_gbps=-1, **opts)
+
+
+@pytest.mark.parametrize("transport", ["s3", "http"])
+def test_a_hostname_endpoint_loads_with_many_connections(
+    transport: str, request: pytest.FixtureRequest, corpus: Any
+) -> None:
+    """``localhost`` rather than an address: both clients resolve names
+    through fastshard's cache (one lookup for all the connections of a
+    load, addresses in rotation: rust/io/dns.rs), here with 64 in flight.
+    (Where ``localhost`` also names ::1, on which nothing listens, the
+    connections that start there move on to 127.0.0.1.)"""
+    if transport == "s3":
+        server = request.getfixturevalue("seaweed")
+        uri = request.getfixturevalue("s3_corpus")["tz-big"].uris["s3"]
+        opts = server.opts(s3_endpoint=f"http://localhost:{server.s3_port}")
+    else:
+        server = request.getfixturevalue("nginx")
+        uri = request.getfixturevalue("http_corpus")["tz-big"].uris["http"]
+        uri = uri.replace("127.0.0.1", "localhost")
+        opts = {}
+    with fastshard.open(uri, concurrency=64, part_size_bytes=256 * KiB, **opts) as f:
+        sd = f.load_state_dict()
+        stats = f.stats
+    assert_state_equal(sd, corpus["tz-big"].source)
+    assert stats.retries == 0 and stats.requests >= 150, stats

@@ -58,6 +58,7 @@ impl HttpSource {
             // Keep every connection an adaptive load may open for its next
             // round: reconnecting costs a handshake where it hurts most.
             .pool_max_idle_per_host(super::sink::NETWORK_MAX_CONCURRENCY)
+            .dns_resolver(std::sync::Arc::new(super::dns::CachedDns::new()))
             // Ranges must arrive as stored bytes, never re-encoded.
             .no_gzip()
             .user_agent(concat!("fastshard/", env!("CARGO_PKG_VERSION")));

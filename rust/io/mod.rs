@@ -3,6 +3,7 @@
 //! destinations". Everything else (format, planning, hashing) is shared.
 
 mod content_range;
+mod dns;
 mod file;
 pub mod http;
 #[cfg(test)]

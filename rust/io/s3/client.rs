@@ -111,20 +111,20 @@ pub async fn build_client(res: &Resolved) -> Result<(Client, CredentialSource)> 
     if let Some(endpoint) = &res.endpoint {
         loader = loader.endpoint_url(endpoint);
     }
+    // The SDK's own client, but with names resolved once for all the
+    // connections of a load (crate::io::dns) and any extra trusted CAs.
+    let mut http = aws_smithy_http_client::Builder::new().tls_provider(tls::Provider::Rustls(
+        tls::rustls_provider::CryptoMode::AwsLc,
+    ));
     if let Some(ca) = &res.ca_bundle {
         let pem = crate::io::tls::read_ca_bundle(ca)?;
         let ctx = tls::TlsContext::builder()
             .with_trust_store(tls::TrustStore::default().with_pem_certificate(pem))
             .build()
             .map_err(|e| Error::invalid(format!("bad CA bundle: {e}")))?;
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(tls::Provider::Rustls(
-                tls::rustls_provider::CryptoMode::AwsLc,
-            ))
-            .tls_context(ctx)
-            .build_https();
-        loader = loader.http_client(http);
+        http = http.tls_context(ctx);
     }
+    loader = loader.http_client(http.build_with_resolver(crate::io::dns::CachedDns::new()));
     let mut source = res.source;
     loader = match (&res.keys, res.source) {
         (Some(k), _) => loader.credentials_provider(Credentials::new(
