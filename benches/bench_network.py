@@ -17,7 +17,6 @@ what the fixed-concurrency loads measured. Writes .bench/network/.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import subprocess
@@ -30,6 +29,7 @@ from network_model import Link
 from network_model import table as model_table
 
 from fastshard.bench import measure, servers, sources, workload
+from fastshard.bench import report as report_io
 from fastshard.bench.shaper import REPO, Shaper, find_shaper
 
 TARGET = 0.8  # fastshard default / raw 64
@@ -169,15 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             + "\n".join(cmp)
             + f"\n\nProxy counters: {proxy}\n\nReal S3 (90 MB/s per connection):\n\n{model}\n"
         )
-        (out / "table.md").write_text(report)
-        raw_runs = {f"{s}/{n}": runs for (s, n), runs in results.items()}
-        (out / "results.json").write_text(json.dumps({"title": title, "runs": raw_runs}, indent=1))
         print("\n" + report)
-        bad = [k for k, runs in results.items() if not all(r["verified"] for r in runs)]
-        if bad:
-            print(f"MISMATCH: {bad}")
-            return 1
-        return 0
+        return report_io.save_runs(out, title, report, results)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

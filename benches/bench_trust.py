@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
 import secrets
 import shutil
@@ -30,6 +29,7 @@ from typing import Any
 
 import fastshard
 from fastshard.bench import measure, servers, sources, workload
+from fastshard.bench import report as report_io
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET = 0.8
@@ -161,17 +161,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{os.cpu_count()} CPUs; one core: "
             + ", ".join(f"{k} {v:.2f} GB/s" for k, v in rates.items())
         )
-        (out / "table.md").write_text(f"{title}\n\n{text}\n\n" + "\n".join(verdicts) + "\n")
-        raw = {f"{s}/{n}": runs for (s, n), runs in results.items()}
-        (out / "results.json").write_text(json.dumps({"title": title, "runs": raw}, indent=1))
         print(f"\n{title}\n\n{text}\n")
         for v in verdicts:
             print(v)
-        mismatched = [k for k, runs in results.items() if not all(r["verified"] for r in runs)]
-        if mismatched:
-            print(f"MISMATCH: {mismatched}")
-            return 1
-        return 0
+        body = f"{title}\n\n{text}\n\n" + "\n".join(verdicts) + "\n"
+        return report_io.save_runs(out, title, body, results)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -255,20 +255,22 @@ TRANSPORTS = [
 Route = Callable[..., tuple[FaultProxy, str, dict[str, Any]]]
 
 
+def transport_server(request: pytest.FixtureRequest, transport: str) -> tuple[Any, Any, int]:
+    """(server, its corpus, its port) for "s3" (SeaweedFS) or "http" (nginx)."""
+    if transport == "s3":
+        server = request.getfixturevalue("seaweed")
+        return server, request.getfixturevalue("s3_corpus"), server.s3_port
+    server = request.getfixturevalue("nginx")
+    return server, request.getfixturevalue("http_corpus"), server.port
+
+
 @pytest.fixture(params=TRANSPORTS)
 def through_proxy(request: pytest.FixtureRequest) -> Iterator[Route]:
     """route(name, faults=None, seed=0) -> (proxy, uri, opts): the corpus
     file ``name`` reached through a new proxy in front of the server."""
     transport = request.param
     proxies: list[FaultProxy] = []
-    if transport == "s3":
-        server = request.getfixturevalue("seaweed")
-        files = request.getfixturevalue("s3_corpus")
-        port = server.s3_port
-    else:
-        server = request.getfixturevalue("nginx")
-        files = request.getfixturevalue("http_corpus")
-        port = server.port
+    server, files, port = transport_server(request, transport)
 
     def route(name: str, faults: Faults | None = None, seed: int = 0, **opts: Any) -> Any:
         proxy = FaultProxy(port, faults, seed=seed)

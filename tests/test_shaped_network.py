@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TRANSPORTS, assert_state_equal
+from conftest import TRANSPORTS, assert_state_equal, transport_server
 
 import fastshard
 from fastshard.bench import servers
@@ -47,14 +47,7 @@ def shaped(request: pytest.FixtureRequest, shaper_binary: str, tmp_path: Path) -
     corpus file ``name`` reached through a new shaping proxy."""
     transport = request.param
     started: list[Shaper] = []
-    if transport == "s3":
-        server = request.getfixturevalue("seaweed")
-        files = request.getfixturevalue("s3_corpus")
-        port = server.s3_port
-    else:
-        server = request.getfixturevalue("nginx")
-        files = request.getfixturevalue("http_corpus")
-        port = server.port
+    server, files, port = transport_server(request, transport)
 
     def route(name: str, latency_ms: float = 50, rate_mbps: float = 25) -> Any:
         root = tmp_path / f"shaper{len(started)}"
@@ -171,15 +164,12 @@ def test_a_hostname_endpoint_loads_with_many_connections(
     load, addresses in rotation: rust/io/dns.rs), here with 64 in flight.
     (Where ``localhost`` also names ::1, on which nothing listens, the
     connections that start there move on to 127.0.0.1.)"""
+    server, files, port = transport_server(request, transport)
+    uri = files["tz-big"].uris[transport]
     if transport == "s3":
-        server = request.getfixturevalue("seaweed")
-        uri = request.getfixturevalue("s3_corpus")["tz-big"].uris["s3"]
-        opts = server.opts(s3_endpoint=f"http://localhost:{server.s3_port}")
+        opts = server.opts(s3_endpoint=f"http://localhost:{port}")
     else:
-        server = request.getfixturevalue("nginx")
-        uri = request.getfixturevalue("http_corpus")["tz-big"].uris["http"]
-        uri = uri.replace("127.0.0.1", "localhost")
-        opts = {}
+        uri, opts = uri.replace("127.0.0.1", "localhost"), {}
     with fastshard.open(uri, concurrency=64, part_size_bytes=256 * KiB, **opts) as f:
         sd = f.load_state_dict()
         stats = f.stats

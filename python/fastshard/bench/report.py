@@ -139,3 +139,19 @@ def plots(
         fig.savefig(made[-1], dpi=110)
         plt.close(fig)
     return made
+
+
+def save_runs(
+    out: Path, title: str, text: str, results: dict[tuple[str, str], list[dict[str, Any]]]
+) -> int:
+    """For the single-purpose benches (benches/bench_*.py): ``text`` to
+    table.md, every run to results.json; 1 when any load returned other
+    bytes than the source's (then the numbers mean nothing), else 0."""
+    (out / "table.md").write_text(text)
+    runs = {f"{s}/{n}": r for (s, n), r in results.items()}
+    (out / "results.json").write_text(json.dumps({"title": title, "runs": runs}, indent=1))
+    bad = [f"{s}/{n}" for (s, n), r in results.items() if not all(x["verified"] for x in r)]
+    if bad:
+        print(f"MISMATCH: {bad}")
+        return 1
+    return 0
