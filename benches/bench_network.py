@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,19 +29,10 @@ from network_model import table as model_table
 
 from fastshard.bench import measure, servers, sources, workload
 from fastshard.bench import report as report_io
-from fastshard.bench.shaper import REPO, Shaper, find_shaper
+from fastshard.bench.shaper import REPO, Shaper, ensure_shaper
 
 TARGET = 0.8  # fastshard default / raw 64
 FIXED = (4, 16, 64)
-
-
-def build_shaper() -> str:
-    try:
-        return find_shaper()
-    except servers.MissingBinary:
-        cmd = ["cargo", "build", "--release", "--no-default-features", "--example", "shaper"]
-        subprocess.run(cmd, cwd=REPO, check=True)
-        return find_shaper()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="fastshard-net-"))
-    shaper_bin = build_shaper()
+    shaper_bin = ensure_shaper(release=True)
     try:
         size = workload.parse_size(args.size)
         print(f"writing an llm workload of {size / 2**20:.0f} MiB ...", flush=True)

@@ -247,16 +247,16 @@ impl TensorFile {
         }
         let wants =
             selection_wants(&self.index, selection, slices).map_err(|e| e.with_uri(&uri))?;
-        let mut plan = plan_reads(wants.clone(), plan_opts)?;
-        let bytes_wanted = plan.useful_bytes();
         if opts.part_size.is_none() {
-            if let Some(p) = self.source.part_size_for(bytes_wanted) {
-                if p != plan_opts.part_size {
-                    plan_opts.part_size = p;
-                    plan = plan_reads(wants, plan_opts)?;
-                }
+            // The plan's segments are exactly the wanted ranges, so their sum
+            // sizes the parts before planning once.
+            let wanted = wants.iter().fold(0u64, |n, w| n.saturating_add(w.len));
+            if let Some(p) = self.source.part_size_for(wanted) {
+                plan_opts.part_size = p;
             }
         }
+        let plan = plan_reads(wants, plan_opts)?;
+        let bytes_wanted = plan.useful_bytes();
         let (concurrency, max_concurrency) = match (opts.concurrency, opts.throughput_target) {
             // An explicit number wins, and stays fixed.
             (Some(n), _) => (n.max(1), None),

@@ -8,7 +8,7 @@ Throughput against a raw client is a benchmark, not a test here
 
 from __future__ import annotations
 
-import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,25 +17,14 @@ import pytest
 from conftest import TRANSPORTS, assert_state_equal, transport_server
 
 import fastshard
-from fastshard.bench import servers
-from fastshard.bench.shaper import REPO, Shaper, find_shaper
+from fastshard.bench.shaper import Shaper, ensure_shaper
 
 KiB, MiB = 1 << 10, 1 << 20
 
 
 @pytest.fixture(scope="module")
 def shaper_binary() -> str:
-    try:
-        return find_shaper()
-    except servers.MissingBinary:
-        # `cargo test` builds it before pytest in CI; a bare pytest run
-        # builds it here (the dependencies are usually built already).
-        subprocess.run(
-            ["cargo", "build", "--no-default-features", "--example", "shaper"],
-            cwd=REPO,
-            check=True,
-        )
-        return find_shaper()
+    return ensure_shaper()
 
 
 Shaped = Callable[..., tuple[Shaper, str, dict[str, Any]]]
@@ -66,8 +55,6 @@ def shaped(request: pytest.FixtureRequest, shaper_binary: str, tmp_path: Path) -
 def _settled(shaper: Shaper, key: str, want: int) -> dict[str, Any]:
     """The proxy's counters once ``key`` reached ``want`` (they are written
     every 100 ms)."""
-    import time
-
     deadline = time.monotonic() + 3
     stats = shaper.stats()
     while stats.get(key, 0) < want and time.monotonic() < deadline:

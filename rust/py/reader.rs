@@ -112,6 +112,12 @@ impl Reader {
         encryption: Option<Bound<'py, PyAny>>,
         progress: Option<PyRef<'py, super::progress::Progress>>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        // Checked before any buffer is taken, so there is nothing to release.
+        if let Some(t) = throughput_target_gbps.filter(|t| !(t.is_finite() && *t > 0.0)) {
+            return Err(to_py(Error::invalid(format!(
+                "throughput_target_gbps must be a positive number of gigabits a second, not {t}"
+            ))));
+        }
         // One Decryptor per load: a passphrase is derived once, not per tensor.
         let decryption = super::crypt::parse(encryption.as_ref())?
             .map(|k| std::sync::Arc::new(Decryptor::new(k.secret)));
@@ -126,12 +132,6 @@ impl Reader {
         if let Err(e) = check_disjoint(&regions.0) {
             held.release(py);
             return Err(to_py(e.with_uri(uri)));
-        }
-        if let Some(t) = throughput_target_gbps.filter(|t| !(t.is_finite() && *t > 0.0)) {
-            held.release(py);
-            return Err(to_py(Error::invalid(format!(
-                "throughput_target_gbps must be a positive number of gigabits a second, not {t}"
-            ))));
         }
         let opts = LoadOptions {
             verify_hash,

@@ -19,8 +19,8 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def find_shaper() -> str:
-    """$FASTSHARD_SHAPER, else the newest build under target/ (release
-    first: a debug proxy on two cores can be what binds)."""
+    """$FASTSHARD_SHAPER, else the release build under target/ if there is
+    one (a debug proxy on two cores can be what binds), else the debug one."""
     if env := os.environ.get("FASTSHARD_SHAPER"):
         return env
     for profile in ("release", "debug"):
@@ -31,6 +31,18 @@ def find_shaper() -> str:
         "the shaping proxy is not built: cargo build --release --no-default-features "
         "--example shaper (cargo test also builds it)"
     )
+
+
+def ensure_shaper(release: bool = False) -> str:
+    """``find_shaper()``, building the example first when there is none
+    (`cargo test` builds the debug one before pytest in CI; the
+    dependencies are usually built already)."""
+    try:
+        return find_shaper()
+    except servers.MissingBinary:
+        cmd = ["cargo", "build", "--no-default-features", "--example", "shaper"]
+        subprocess.run(cmd + (["--release"] if release else []), cwd=REPO, check=True)
+        return find_shaper()
 
 
 @dataclass
