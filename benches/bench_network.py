@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(REPO / ".bench" / "network"))
+    p.add_argument("--only", nargs="*", help="labels to run (raw-64 always runs)")
     args = p.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -114,19 +115,21 @@ def main(argv: list[str] | None = None) -> int:
                         "s3", "runai", {"loader": "runai", **src.where["runai"]}, expect, env
                     )
                 )
+            if args.only:
+                cases = [c for c in cases if c.name in {"raw-64", *args.only}]
             results = measure.rounds(cases, args.repeat, args.seed)
             proxy = shaper.stats()
             shaper.stop()
 
         def med(label: str, key: str = "gbps") -> float:
-            runs = [r[key] for r in results[("s3", label)] if not r.get("warmup")]
-            return float(statistics.median(runs)) if runs else 0.0
+            runs = [r[key] for r in results.get(("s3", label), []) if not r.get("warmup")]
+            return float(statistics.median(runs)) if runs else float("nan")  # not run (--only)
 
         raw = med("raw-64")
         labels = [c.name for c in cases]
         lines = [
-            "| loader | GB/s | ÷ raw 64 | most in flight |",
-            "|---|---|---|---|",
+            "| loader | GB/s | ÷ raw 64 | most in flight | client CPU s |",
+            "|---|---|---|---|---|",
         ]
         for label in labels:
             conc = med(label, "concurrency") if label.startswith("fastshard") else None
@@ -134,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                 conc = 64
             lines.append(
                 f"| {label} | {med(label):.3f} | {med(label) / raw:.2f}× "
-                f"| {'–' if conc is None else f'{conc:.0f}'} |"
+                f"| {'–' if conc is None else f'{conc:.0f}'} | {med(label, 'cpu_seconds'):.2f} |"
             )
         ratio = med("fastshard-default") / raw
         verdict = f"{'PASS' if ratio >= TARGET else 'FAIL'}: fastshard default {ratio:.2f}× raw 64"
@@ -144,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         part = min(max(-(-size // 64 // (1 << 20)), 1), 16) << 20
         link = Link(args.latency_ms / 1e3, args.conn_mbps * 1e6, part)
         cmp = ["| in flight | model GB/s | measured GB/s | measured ÷ model |", "|---|---|---|---|"]
-        for n in FIXED:
+        for n in (n for n in FIXED if ("s3", f"fastshard-{n}") in results):
             want = min(n * link.per_request_rate(), raw * 1e9) / 1e9
             got = med(f"fastshard-{n}")
             cmp.append(f"| {n} | {want:.3f} | {got:.3f} | {got / want:.2f}× |")

@@ -12,6 +12,7 @@ import contextlib
 import gc
 import hashlib
 import json
+import os
 import sys
 import threading
 import time
@@ -204,12 +205,17 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 import safetensors.torch  # noqa: F401
     gc.collect()
     base = _status_bytes("VmRSS")
+    cpu = os.times()
     start = time.perf_counter()
     result, extra = fn(spec)
     seconds = time.perf_counter() - start
+    cpu_end = os.times()
     out: dict[str, Any] = {
         "seconds": seconds,
         "start": start,
+        # This process's CPU over the load (all threads): on a shared host the
+        # client's cost per byte decides what is left for the server.
+        "cpu_seconds": (cpu_end.user - cpu.user) + (cpu_end.system - cpu.system),
         "rss_before_bytes": base,
         "peak_rss_bytes": _status_bytes("VmHWM"),
         **extra,

@@ -18,31 +18,34 @@ from . import servers
 REPO = Path(__file__).resolve().parents[3]
 
 
-def find_shaper() -> str:
+def find_shaper(release: bool = False) -> str:
     """$FASTSHARD_SHAPER, else the release build under target/ if there is
-    one (a debug proxy on two cores can be what binds), else the debug one."""
+    one (a debug proxy on two cores can be what binds), else (unless
+    ``release``) the debug one."""
     if env := os.environ.get("FASTSHARD_SHAPER"):
         return env
-    for profile in ("release", "debug"):
+    for profile in ("release",) if release else ("release", "debug"):
         path = REPO / "target" / profile / "examples" / "shaper"
         if path.is_file() and os.access(path, os.X_OK):
             return str(path)
+    flag = " --release" if release else ""
     raise servers.MissingBinary(
-        "the shaping proxy is not built: cargo build --release --no-default-features "
-        "--example shaper (cargo test also builds it)"
+        f"the shaping proxy is not built: cargo build{flag} --no-default-features "
+        "--example shaper (cargo test also builds the debug one)"
     )
 
 
 def ensure_shaper(release: bool = False) -> str:
-    """``find_shaper()``, building the example first when there is none
-    (`cargo test` builds the debug one before pytest in CI; the
-    dependencies are usually built already)."""
+    """``find_shaper(release)``, building the example first when there is
+    none (`cargo test` builds the debug one before pytest in CI; the
+    dependencies are usually built already). Benchmarks ask for the
+    release proxy: a debug one spends the cores the loaders are measured on."""
     try:
-        return find_shaper()
+        return find_shaper(release)
     except servers.MissingBinary:
         cmd = ["cargo", "build", "--no-default-features", "--example", "shaper"]
         subprocess.run(cmd + (["--release"] if release else []), cwd=REPO, check=True)
-        return find_shaper()
+        return find_shaper(release)
 
 
 @dataclass
