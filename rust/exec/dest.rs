@@ -84,6 +84,52 @@ impl Destinations {
             ))),
         }
     }
+
+    /// Faults in the whole pages under `segments` as a write would, without
+    /// reading or changing a byte, so the reads that later copy there take
+    /// no page faults. Fresh tensor memory otherwise faults 4 KiB at a time
+    /// under the copy: measured on these VMs, 0.30 s of CPU per 256 MiB that
+    /// way against 0.15 s for `MADV_POPULATE_WRITE` (Linux 5.14). The pages
+    /// at a segment's ends may hold other data (a record header, another
+    /// allocation) and are left to the copy. Advice only: any failure (an
+    /// older kernel's EINVAL) stops it and costs nothing but speed.
+    ///
+    /// It may run while reads write the same segments: the kernel maps
+    /// pages, it does not access their contents. Returns false where the
+    /// kernel refused (and the rest was skipped).
+    pub fn populate(&self, segments: &[Segment]) -> bool {
+        let page = crate::buffer::PAGE;
+        for seg in segments {
+            let Some(slot) = self.slots.get(seg.slot) else {
+                continue;
+            };
+            let in_slot = usize::try_from(seg.slot_offset)
+                .ok()
+                .zip(usize::try_from(seg.len).ok())
+                .filter(|&(at, len)| at.checked_add(len).is_some_and(|e| e <= slot.len));
+            let Some((at, len)) = in_slot else { continue };
+            let first = slot.ptr as usize + at;
+            let start = first.next_multiple_of(page);
+            let end = (first + len) / page * page;
+            if end > start && !populate_write(start, end - start) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn populate_write(start: usize, len: usize) -> bool {
+    // SAFETY: `[start, start + len)` lies inside a slot, which `new`'s
+    // contract keeps mapped for the whole load; MADV_POPULATE_WRITE maps its
+    // pages writable and neither reads nor changes their bytes.
+    unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE) == 0 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn populate_write(_start: usize, _len: usize) -> bool {
+    false
 }
 
 /// Asks the kernel to back a large destination with huge pages before we
@@ -131,5 +177,47 @@ mod tests {
         }
         drop(d);
         assert_eq!(a, [0, 0, 7, 7, 7, 7, 0, 0]);
+    }
+
+    #[test]
+    fn populating_keeps_every_byte_and_skips_what_does_not_fit() {
+        let len = 4 << 20;
+        let buf = crate::buffer::PageBuf::new(len).unwrap();
+        let ptr = buf.as_mut_ptr();
+        // SAFETY: nothing else refers to the slab while the test writes it.
+        unsafe { std::ptr::write_bytes(ptr, 0xAB, 8192 + 100) };
+        // SAFETY: `buf` outlives `d`; only this test touches it.
+        let d = unsafe { Destinations::new(vec![(ptr, len)]) };
+        let seg = |slot_offset, len, slot| Segment {
+            offset: 0,
+            len,
+            slot,
+            slot_offset,
+        };
+        let resident = |pages: std::ops::Range<usize>| {
+            let mut vec = vec![0u8; len / crate::buffer::PAGE];
+            // SAFETY: the slab is one page-aligned mapping of `len` bytes and
+            // `vec` has a byte per page of it.
+            let rc = unsafe { libc::mincore(ptr.cast(), len, vec.as_mut_ptr()) };
+            assert_eq!(rc, 0);
+            vec[pages].iter().all(|&b| b & 1 == 1)
+        };
+        let inner = 1..len / crate::buffer::PAGE - 1;
+        assert!(
+            !resident(inner.clone()),
+            "untouched pages of a fresh mapping are not resident"
+        );
+        let worked = d.populate(&[
+            seg(100, (len - 200) as u64, 0), // whole pages inside, ends left alone
+            seg(0, u64::MAX, 0),             // past the slot: skipped
+            seg(0, 8, 3),                    // no such slot: skipped
+        ]);
+        // Before Linux 5.14 the kernel refuses and nothing is populated.
+        assert_eq!(worked, resident(inner));
+        drop(d);
+        // SAFETY: `d` is gone; the slab is ours again and fully initialised.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr, len) };
+        assert!(bytes[..8292].iter().all(|&b| b == 0xAB));
+        assert!(bytes[8292..].iter().all(|&b| b == 0));
     }
 }

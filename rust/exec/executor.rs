@@ -65,6 +65,13 @@ impl std::fmt::Debug for ExecOptions {
     }
 }
 
+/// `FASTSHARD_POPULATE=0` turns populating ahead off (to measure it, or on a
+/// kernel where it misbehaves); read once per process.
+fn populate_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FASTSHARD_POPULATE").as_deref() != Ok("0"))
+}
+
 /// Budget accounting in pages, so any budget fits the semaphore's `u32`
 /// acquisitions: a part's need rounds up, the budget rounds down.
 const BUDGET_UNIT: u64 = 4096;
@@ -216,6 +223,13 @@ pub fn execute(
                     part.segments.iter().map(|s| (s.slot, s.len)).collect();
                 (f, segments)
             });
+            // While the request waits for its first byte, its pages are
+            // faulted in on a blocking thread; awaited below, so it never
+            // outlives the load that owns the memory.
+            let warm = (source.populates_ahead() && populate_enabled()).then(|| {
+                let (dest, segments) = (Arc::clone(&dest), part.segments.clone());
+                tokio::task::spawn_blocking(move || dest.populate(&segments))
+            });
             let fut = Arc::clone(&source).read_part(part, Arc::clone(&dest), stop.clone());
             let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             max_in_flight.fetch_max(now, Ordering::SeqCst);
@@ -223,6 +237,10 @@ pub fn execute(
                 (Arc::clone(&in_flight), Arc::clone(&growth), Arc::clone(&permits));
             tasks.spawn(async move {
                 let out = fut.await;
+                if let Some(warm) = warm {
+                    // Done long before the data arrives; its outcome is advice.
+                    let _ = warm.await;
+                }
                 in_flight.fetch_sub(1, Ordering::SeqCst);
                 if out.is_ok() {
                     let more = growth

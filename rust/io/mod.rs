@@ -94,6 +94,14 @@ pub trait RangeSource: Send + Sync + 'static {
         None
     }
 
+    /// Whether a part's destination pages are worth faulting in while its
+    /// request waits for the first byte (`Destinations::populate`). A
+    /// network read waits tens of milliseconds with the CPU idle; a file
+    /// read does not wait, and populating beside it only competes with it.
+    fn populates_ahead(&self) -> bool {
+        false
+    }
+
     /// Host memory that reading `part` allocates beyond the destinations
     /// (scratch for gap bytes), counted against a load's memory budget.
     /// Streaming sources drop gap bytes as they arrive: nothing to count

@@ -313,6 +313,10 @@ impl<T: RangedObject> RangeSource for T {
         Some(NETWORK_MAX_CONCURRENCY)
     }
 
+    fn populates_ahead(&self) -> bool {
+        true
+    }
+
     fn part_size_for(&self, bytes: u64) -> Option<u64> {
         Some(network_part_size(bytes))
     }
