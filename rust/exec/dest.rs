@@ -62,6 +62,19 @@ impl Destinations {
     /// segment of a plan once, and the planner keeps segments disjoint.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn segment_mut(&self, seg: &Segment) -> Result<&mut [u8]> {
+        let (ptr, len) = self.locate(seg)?;
+        if len == 0 {
+            return Ok(&mut []);
+        }
+        // SAFETY: `locate` checked that the bytes lie inside the slot, which
+        // is valid for writes of its whole length (contract of `new`), and
+        // the caller guarantees no other reference to these bytes.
+        Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+    }
+
+    /// Where a segment's bytes start in its slot, and how many there are;
+    /// an error unless all of them lie inside the slot.
+    fn locate(&self, seg: &Segment) -> Result<(*mut u8, usize)> {
         let slot = self
             .slots
             .get(seg.slot)
@@ -70,13 +83,7 @@ impl Destinations {
         let len = usize::try_from(seg.len).ok();
         match (start, len) {
             (Some(start), Some(len)) if start.checked_add(len).is_some_and(|e| e <= slot.len) => {
-                if len == 0 {
-                    return Ok(&mut []);
-                }
-                // SAFETY: `start + len <= slot.len` was checked above, the slot
-                // is valid for writes of `slot.len` bytes (contract of `new`),
-                // and the caller guarantees no other reference to these bytes.
-                Ok(unsafe { std::slice::from_raw_parts_mut(slot.ptr.add(start), len) })
+                Ok((slot.ptr.wrapping_add(start), len))
             }
             _ => Err(Error::invalid(format!(
                 "segment {}+{} does not fit slot {} of {} bytes",
@@ -100,15 +107,10 @@ impl Destinations {
     pub fn populate(&self, segments: &[Segment]) -> bool {
         let page = crate::buffer::PAGE;
         for seg in segments {
-            let Some(slot) = self.slots.get(seg.slot) else {
+            let Ok((ptr, len)) = self.locate(seg) else {
                 continue;
             };
-            let in_slot = usize::try_from(seg.slot_offset)
-                .ok()
-                .zip(usize::try_from(seg.len).ok())
-                .filter(|&(at, len)| at.checked_add(len).is_some_and(|e| e <= slot.len));
-            let Some((at, len)) = in_slot else { continue };
-            let first = slot.ptr as usize + at;
+            let first = ptr as usize;
             let start = first.next_multiple_of(page);
             let end = (first + len) / page * page;
             if end > start && !populate_write(start, end - start) {

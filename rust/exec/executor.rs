@@ -138,6 +138,7 @@ pub fn execute(
         Growth::new(start, opts.max_concurrency.unwrap_or(start), Instant::now())
             .with_target(opts.throughput_target),
     ));
+    let populate = source.populates_ahead() && populate_enabled();
     let result = rt.block_on(async move {
         let permits = Arc::new(Semaphore::new(start));
         let budget = budget_cap.map(|cap| Arc::new(Semaphore::new(cap as usize)));
@@ -226,7 +227,7 @@ pub fn execute(
             // While the request waits for its first byte, its pages are
             // faulted in on a blocking thread; awaited below, so it never
             // outlives the load that owns the memory.
-            let warm = (source.populates_ahead() && populate_enabled()).then(|| {
+            let warm = populate.then(|| {
                 let (dest, segments) = (Arc::clone(&dest), part.segments.clone());
                 tokio::task::spawn_blocking(move || dest.populate(&segments))
             });
