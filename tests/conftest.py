@@ -286,3 +286,13 @@ def through_proxy(request: pytest.FixtureRequest) -> Iterator[Route]:
     yield route
     for p in proxies:
         p.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_engines(seaweed: SeaweedFS, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Every TP=1 engine of the vLLM tests, run once (vllm_engine_files.run_tp1):
+    results by step, their output, the files; the baseline serialized itself
+    to local directories and S3 prefixes that the serve and TP tests load."""
+    from vllm_engine_files import run_tp1
+
+    return run_tp1(seaweed, tmp_path_factory.mktemp("vllm-engines"))

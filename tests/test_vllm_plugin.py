@@ -1,4 +1,8 @@
-"""fastshard's vLLM plugin against the real vLLM code (its CPU build path).
+"""fastshard's vLLM plugin against vLLM's own code: its plugin discovery,
+loader registry, argument parsing and config objects, with vLLM-like model
+classes (tests/vllm_like_model.py) for the loader's layouts, ranks and
+errors. Real engines: test_vllm_engine.py, test_vllm_serve.py,
+test_vllm_tp.py.
 
 vLLM's config objects and argument parsing need VLLM_TARGET_DEVICE=cpu on a
 machine without a GPU ("Failed to infer device type" otherwise).
@@ -41,7 +45,8 @@ import fastshard.vllm as fv
 from fastshard import cli
 from fastshard.vllm import config as fconfig
 from fastshard.vllm import ranks as franks
-from fastshard.vllm.loader import MARKER, FastshardModelLoader
+from fastshard.vllm.loader import FastshardModelLoader
+from fastshard.vllm.names import MARKER
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON_DIR = ROOT / "python"
@@ -577,22 +582,6 @@ def test_encrypted_rank_files_and_keyfile_on_s3(monkeypatch, model_dir, tmp_path
         _assert_same(model, refs[r])
 
 
-def test_real_vllm_llama_on_cpu(tmp_path: Path):
-    """vLLM's get_model builds its LlamaForCausalLM on the CPU and loads it
-    through fastshard from an HF-layout file (same weights as vLLM's own
-    TensorizerLoader) and from a vLLM-tensorized rank file written from the
-    loaded model; post-load processing ran in both (vllm_llama_worker.py)."""
-    here = Path(__file__).resolve().parent
-    out = _run(
-        f"import runpy, sys; sys.argv = ['w', {str(tmp_path)!r}, '{_free_port()}']; "
-        f"runpy.run_path({str(here / 'vllm_llama_worker.py')!r}, run_name='__main__')",
-        extra_path=str(here),
-    )
-    assert "ok hf" in out
-    assert "ok vllm" in out
-    assert "ok fastshard-save" in out
-
-
 # -- serialization -------------------------------------------------------------
 
 
@@ -627,7 +616,7 @@ class _FakeLLM:
             def __init__(self, model):
                 self.model = model
 
-            def get_model(self):
+            def fastshard_checkpoint_model(self):
                 return self.model
 
         out = []
@@ -752,8 +741,8 @@ def test_serve_owns_the_load_format(tmp_path: Path):
 
 def test_serialize_command(monkeypatch, tmp_path: Path, capsys):
     """`fastshard serialize`: vLLM's parser takes the engine arguments, the LLM
-    gets fastshard's worker extension, every rank is written. (A real vLLM
-    engine cannot start on these CPU machines: a stand-in LLM runs the ranks.)"""
+    gets fastshard's worker extension, every rank is written. (A stand-in LLM
+    runs the ranks here; test_vllm_engine.py serializes real engines.)"""
     import vllm as vllm_module
 
     from fastshard.vllm.serialize import WORKER_EXTENSION

@@ -3,7 +3,9 @@
 
 vLLM runs the ``vllm.general_plugins`` entry point ``fastshard`` (pyproject)
 in every process it starts (the front end, the engine core and each worker,
-under mp and Ray), so :func:`register` runs wherever a model is loaded.
+under mp and Ray), so :func:`register` runs wherever a model is loaded, and
+wherever engine arguments are built (``remote_model.py``: ``vllm serve
+s3://...`` with fastshard's formats).
 
 :func:`register` is cheap and may be called any number of times. When vLLM's
 loader registry (``vllm.model_executor.model_loader``, seconds to import) is
@@ -25,8 +27,11 @@ FORMAT = "fastshard"
 TENSORIZER_FORMAT = "tensorizer"
 TAKEOVER_ENV = "FASTSHARD_TAKEOVER_TENSORIZER"
 REGISTRY_MODULE = "vllm.model_executor.model_loader"
+ARG_UTILS_MODULE = "vllm.engine.arg_utils"  # where EngineArgs lives
 
 _registered: set[str] = set()
+_wanted = False  # register() was called: the loader registers itself once importable
+LOADER_MODULE = f"{__name__}.loader"
 
 
 def takes_over_tensorizer() -> bool:
@@ -39,16 +44,24 @@ def _formats() -> list[str]:
 
 
 def _register_now() -> None:
-    todo = [f for f in _formats() if f not in _registered]
-    if not todo:
+    if all(f in _registered for f in _formats()):
+        return
+    loading = sys.modules.get(LOADER_MODULE)
+    if loading is not None and not hasattr(loading, "FastshardModelLoader"):
+        # loader.py is being executed: its own import of vLLM's registry ran
+        # this hook. Importing it again here would fail (a partially
+        # initialized module); it calls loader_ready() when it is complete.
         return
     from vllm.model_executor.model_loader import register_model_loader
 
+    # Importing loader.py may itself register (loader_ready), so what is
+    # left to do is decided after it.
     from .loader import FastshardModelLoader
 
-    for load_format in todo:
-        register_model_loader(load_format)(FastshardModelLoader)
-        _registered.add(load_format)
+    for load_format in _formats():
+        if load_format not in _registered:
+            register_model_loader(load_format)(FastshardModelLoader)
+            _registered.add(load_format)
 
 
 class _RegisterOnImport(importlib.abc.MetaPathFinder):
@@ -87,14 +100,29 @@ def _remove_hook() -> None:
     sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _RegisterOnImport)]
 
 
+def loader_ready() -> None:
+    """Called by loader.py once its module is complete: registration that
+    had to wait for it (see _register_now) happens now."""
+    if _wanted and REGISTRY_MODULE in sys.modules:
+        _register_now()
+
+
 def register() -> None:
     """Register fastshard's loader with vLLM's loader registry (now, or as
-    soon as that registry is imported)."""
+    soon as that registry is imported), and, in a process that builds
+    engine arguments, let them take s3:// and http(s):// model paths for
+    fastshard's formats (remote_model.py)."""
+    global _wanted
+    _wanted = True
     if REGISTRY_MODULE in sys.modules:
         _remove_hook()
         _register_now()
     elif not any(isinstance(f, _RegisterOnImport) for f in sys.meta_path):
         sys.meta_path.insert(0, _RegisterOnImport())
+    if ARG_UTILS_MODULE in sys.modules:
+        from .remote_model import install
+
+        install(_formats)
 
 
 __all__ = [
@@ -102,6 +130,7 @@ __all__ = [
     "REGISTRY_MODULE",
     "TAKEOVER_ENV",
     "TENSORIZER_FORMAT",
+    "loader_ready",
     "register",
     "takes_over_tensorizer",
 ]

@@ -4,15 +4,23 @@
 ``fastshard serve`` (vLLM needs them on local disk; object stores cannot be
 listed through fastshard, so the index says what to fetch).
 
+The cache is per node: one directory per prefix under ``cache_root()``,
+filled under a file lock, and a file already there with the listed size and
+SHA-256 is not fetched again, so the processes of one node (and later
+starts) fetch each artifact once.
+
 Imports neither torch nor vLLM: ``fastshard serve`` runs before vLLM starts.
 """
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import hashlib
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +32,7 @@ INDEX_NAME = "fastshard-artifacts.json"
 INDEX_FORMAT = "fastshard-artifacts"
 INDEX_VERSION = 1
 MAX_ARTIFACT_BYTES = 256 << 20  # tokenizers are tens of MB at most
+CACHE_ENV = "FASTSHARD_CACHE_DIR"
 
 # What vLLM's serialize_extra_artifacts leaves out, plus weights of any kind
 # and fastshard's own files: everything else at the top of the model
@@ -90,11 +99,42 @@ def safe_name(name: object) -> str:
     return name
 
 
-def fetch_artifacts(prefix: str, cache_dir: Path, opts: dict[str, Any]) -> list[Path]:
-    """Fetch the artifacts listed in ``prefix``'s index into ``cache_dir``,
-    each checked against its size and SHA-256; returns their paths."""
-    if not prefix.endswith("/"):
-        prefix += "/"
+def cache_root() -> Path:
+    """$FASTSHARD_CACHE_DIR, else $XDG_CACHE_HOME/fastshard (~/.cache/fastshard)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fastshard"
+
+
+def cache_dir_for(uri: str, root: Path | None = None) -> Path:
+    """One cache directory per prefix, named after it."""
+    digest = hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
+    return (root or cache_root()) / "serve" / digest
+
+
+@contextmanager
+def _locked(cache_dir: Path) -> Iterator[None]:
+    cache_dir.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache_dir.parent / f".{cache_dir.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _matches(path: Path, size: int, digest: str) -> bool:
+    try:
+        if path.stat().st_size != size:
+            return False
+        return hashlib.sha256(path.read_bytes()).hexdigest() == digest
+    except OSError:
+        return False
+
+
+def _read_index(prefix: str, opts: dict[str, Any]) -> list[tuple[str, int, str]]:
+    """``(name, size, sha256)`` of every artifact ``prefix``'s index lists,
+    every name checked to stay inside a directory."""
     raw = _native.read_object(prefix + INDEX_NAME, max_bytes=4 << 20, **opts)
     if raw is None:
         raise NotFoundError(
@@ -109,21 +149,39 @@ def fetch_artifacts(prefix: str, cache_dir: Path, opts: dict[str, Any]) -> list[
         entries = [(e["name"], int(e["size"]), str(e["sha256"])) for e in index["files"]]
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise InvalidArgumentError(f"unreadable {prefix}{INDEX_NAME}: {e}") from e
-    names = [safe_name(name) for name, _, _ in entries]  # all checked before any write
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    root = cache_dir.resolve()
-    out = []
-    for name, (_, size, digest) in zip(names, entries, strict=True):
-        target = (root / name).resolve()
-        if target.parent != root:  # a symlink planted in the cache, for one
-            raise InvalidArgumentError(f"artifact {name!r} would escape {root}")
-        data = _native.read_object(prefix + name, max_bytes=MAX_ARTIFACT_BYTES, **opts)
-        if data is None:
-            raise NotFoundError(f"{prefix}{name} is listed but missing", uri=prefix + name)
-        if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
-            raise IntegrityError(f"{prefix}{name} differs from its entry in {INDEX_NAME}")
-        tmp = target.with_name(f".{name}.part")
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
-        out.append(target)
-    return out
+    return [(safe_name(name), size, digest) for name, size, digest in entries]
+
+
+def fetch_artifacts(prefix: str, cache_dir: Path, opts: dict[str, Any]) -> list[Path]:
+    """Fetch the artifacts listed in ``prefix``'s index into ``cache_dir``
+    (under its lock), each checked against its size and SHA-256, skipping
+    those already there; returns their paths. Every name is checked before
+    anything is written."""
+    if not prefix.endswith("/"):
+        prefix += "/"
+    entries = _read_index(prefix, opts)
+    with _locked(cache_dir):
+        cache_dir.mkdir(exist_ok=True)
+        root = cache_dir.resolve()
+        out = []
+        for name, size, digest in entries:
+            target = (root / name).resolve()
+            if target.parent != root:  # a symlink planted in the cache, for one
+                raise InvalidArgumentError(f"artifact {name!r} would escape {root}")
+            if not _matches(target, size, digest):
+                _fetch_one(prefix, name, target, size, digest, opts)
+            out.append(target)
+        return out
+
+
+def _fetch_one(
+    prefix: str, name: str, target: Path, size: int, digest: str, opts: dict[str, Any]
+) -> None:
+    data = _native.read_object(prefix + name, max_bytes=MAX_ARTIFACT_BYTES, **opts)
+    if data is None:
+        raise NotFoundError(f"{prefix}{name} is listed but missing", uri=prefix + name)
+    if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
+        raise IntegrityError(f"{prefix}{name} differs from its entry in {INDEX_NAME}")
+    tmp = target.with_name(f".{name}.part")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)

@@ -25,7 +25,8 @@ from typing import Any, Literal
 from .._native import SOURCE_OPTIONS
 from ..errors import InvalidArgumentError
 
-log = logging.getLogger("fastshard")
+# A child of vLLM's logger, so vLLM prints it in its format (loader.py).
+log = logging.getLogger("vllm.fastshard")
 
 NESTED_KEY = "tensorizer_config"
 

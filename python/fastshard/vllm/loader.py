@@ -2,29 +2,33 @@
 
 Two layouts of weights:
 
-- ``vllm``: what vLLM's ``tensorize_vllm_model`` writes (and fastshard's
-  serializer): one file per rank of the live, post-processed module, with a
+- ``vllm``: one file per rank of a vLLM module's parameters, with a
   ``.vllm_tensorized_marker``. The file of this worker (``ranks.py``) is
-  copied into the parameters vLLM created, without replacing them, then
-  vLLM's post-load processing runs in its "weights already processed" mode,
-  so quantisation methods and attention layers rebuild their derived state
-  (vLLM's tensorizer loader skips this step: its bug #55198) and methods that
+  copied into the parameters vLLM created, without replacing them. Files
+  fastshard's serializer wrote also carry ``CHECKPOINT_MARKER``: their
+  weights are as ``load_weights`` leaves them, so vLLM's post-load
+  processing runs in full, as after any checkpoint load. vLLM's own
+  ``tensorize_vllm_model`` writes the live, post-processed module: then the
+  processing runs in its "weights already processed" mode, so quantisation
+  methods and attention layers rebuild their derived state (vLLM's
+  tensorizer loader skips this step: its bug #55198) and methods that
   cannot take processed weights fail loudly.
 - ``hf``: one unsharded file of a Hugging Face model (HF names, full
-  tensors), fed to ``model.load_weights``, whose weight loaders take each
-  rank's slice; with ``cooperative`` the TP group fetches the file once
-  between its ranks.
+  tensors), fed to ``model.load_weights`` (``hf.py``), whose weight loaders
+  take each rank's slice; with ``cooperative`` the TP group fetches the file
+  once between its ranks.
 
 ``auto`` (the default) picks ``vllm`` for a per-rank set, a packed object or
 a file with the marker, ``hf`` otherwise. Missing, unexpected and mis-shaped
 weights are errors, raised before any tensor byte is read for ``vllm``.
+Each load ends with one summary line on the ``vllm.fastshard`` logger, so
+it is printed by vLLM's own logging set-up, in its format.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,17 +43,19 @@ from vllm.utils.torch_utils import set_default_torch_dtype
 
 import fastshard
 
-from .. import _native
-from ..errors import InvalidArgumentError, NotFoundError, ShardMismatchError
-from ..reader import source_options
+from ..errors import InvalidArgumentError, ShardMismatchError
+from ..reader import LoadStats
+from . import hf, loader_ready
 from . import ranks as _ranks
 from .config import LoaderConfig, parse_extra_config
+from .keyfile import encryption_key
+from .names import CHECKPOINT_MARKER, MARKER
 
-log = logging.getLogger("fastshard")
+# A child of vLLM's logger: vLLM's handler and format print it in every
+# process (fastshard's own logger has no handler inside vLLM).
+log = logging.getLogger("vllm.fastshard")
 
-MARKER = "vllm_tensorized_marker"
-_HF_BATCH_BYTES = 1 << 30
-_KEY_MAX_BYTES = 64
+_MARKERS = (MARKER, CHECKPOINT_MARKER)
 
 
 @dataclass(frozen=True)
@@ -61,19 +67,13 @@ class Plan:
     file: str
     layout: str  # "vllm" or "hf"
     ranks: _ranks.Ranks
-    marker: tuple[int, ...] | None  # the marker's shape when the file has one
+    markers: dict[str, tuple[int, ...]]  # the marker tensors the file has, by name
     per_rank: bool  # a per-rank file or a packed object
 
-
-def encryption_key(keyfile: str, opts: dict[str, Any]) -> fastshard.EncryptionKey:
-    """vLLM's ``encryption_keyfile``: a local path, or an ``s3://`` /
-    ``http(s)://`` object read with the weights' source options."""
-    if "://" in keyfile and not keyfile.startswith("file://"):
-        raw = _native.read_object(keyfile, max_bytes=_KEY_MAX_BYTES, **source_options(opts))
-        if raw is None:
-            raise NotFoundError(f"encryption_keyfile {keyfile} does not exist", uri=keyfile)
-        return fastshard.EncryptionKey.from_bytes(raw)
-    return fastshard.EncryptionKey.from_file(keyfile.removeprefix("file://"))
+    @property
+    def processed(self) -> bool:
+        """The file holds post-processed weights (vLLM's own serializer)."""
+        return self.layout == "vllm" and CHECKPOINT_MARKER not in self.markers
 
 
 class FastshardModelLoader(BaseModelLoader):
@@ -83,6 +83,7 @@ class FastshardModelLoader(BaseModelLoader):
         super().__init__(load_config)
         self.config: LoaderConfig = parse_extra_config(load_config.model_loader_extra_config)
         self.config.report_ignored()
+        self._planned: Plan | None = None  # load_model's plan, for its load_weights call
 
     # -- BaseModelLoader -----------------------------------------------------
     def download_model(self, model_config: ModelConfig) -> None:
@@ -91,29 +92,30 @@ class FastshardModelLoader(BaseModelLoader):
 
     def load_weights(self, model: nn.Module, model_config: ModelConfig) -> None:
         """Fill an existing model in place (also usable to reload weights)."""
-        plan = self.plan(model_config)
+        plan = self._planned or self.plan(model_config)
         started = time.perf_counter()
         if plan.layout == "vllm":
-            self._load_vllm(model, plan)
+            stats = self._load_vllm(model, plan)
         else:
-            self._load_hf(model, model_config, plan)
-        log.info(
-            "fastshard: loaded %s (%s layout, file rank %d of %d) in %.2fs",
-            plan.file,
-            plan.layout,
-            plan.ranks.file_rank,
-            plan.ranks.file_count,
-            time.perf_counter() - started,
-        )
+            stats = self._load_hf(model, model_config, plan)
+        _summary(plan, stats, time.perf_counter() - started, self.config.cooperative)
 
     def load_model(
         self, vllm_config: VllmConfig, model_config: ModelConfig, prefix: str = ""
     ) -> nn.Module:
-        plan = self.plan(model_config)
-        if plan.layout == "hf":
-            # Raw weights: vLLM's own sequence (create, load_weights, then the
-            # full post-load processing) is the right one.
-            return super().load_model(vllm_config, model_config, prefix)
+        self._planned = plan = self.plan(model_config)
+        try:
+            if not plan.processed:
+                # Checkpoint-form weights: vLLM's own sequence (create,
+                # load_weights, then the full post-load processing).
+                return super().load_model(vllm_config, model_config, prefix)
+            return self._load_processed(vllm_config, model_config, prefix)
+        finally:
+            self._planned = None
+
+    def _load_processed(
+        self, vllm_config: VllmConfig, model_config: ModelConfig, prefix: str
+    ) -> nn.Module:
         load_device = vllm_config.device_config.device
         if vllm_config.load_config.device is not None:
             load_device = vllm_config.load_config.device
@@ -144,14 +146,13 @@ class FastshardModelLoader(BaseModelLoader):
         opts = self.open_options()
         with fastshard.open(uri, rank=ranks.file_rank, world_size=ranks.file_count, **opts) as f:
             per_rank = f.opened.rank is not None or f.opened.packed
-            marker = None
-            for info in f.infos():
-                if info.name.lstrip(".") == MARKER:
-                    marker = info.shape
+            markers = {
+                i.name.lstrip("."): i.shape for i in f.infos() if i.name.lstrip(".") in _MARKERS
+            }
             file = f.uri
         layout = self.config.layout
         if layout == "auto":
-            layout = "vllm" if per_rank or marker is not None else "hf"
+            layout = "vllm" if per_rank or MARKER in markers else "hf"
         if layout == "vllm" and not per_rank and ranks.file_count > 1:
             raise ShardMismatchError(
                 f"{file} is one file of vLLM-layout weights, but tensor x pipeline parallel "
@@ -164,20 +165,19 @@ class FastshardModelLoader(BaseModelLoader):
             raise InvalidArgumentError(
                 f"{file} is a per-rank file; layout='hf' needs one unsharded file", uri=file
             )
-        return Plan(uri, file, layout, ranks, marker, per_rank)
+        return Plan(uri, file, layout, ranks, markers, per_rank)
 
     # -- loading ---------------------------------------------------------------
-    def _load_vllm(self, model: nn.Module, plan: Plan) -> None:
-        # The marker vLLM writes is a meta parameter of the serialized module:
-        # give the model one for the strict name check, then drop it (vLLM's
-        # deserialize_tensorizer_model deletes it too).
-        added = plan.marker is not None and not hasattr(model, MARKER)
-        if added:
-            assert plan.marker is not None
-            meta = torch.empty(plan.marker, dtype=torch.int64, device="meta")
-            model.register_parameter(MARKER, nn.Parameter(meta, requires_grad=False))
+    def _load_vllm(self, model: nn.Module, plan: Plan) -> LoadStats:
+        # The markers are meta parameters of the serialized module: give the
+        # model them for the strict name check, then drop them (vLLM's
+        # deserialize_tensorizer_model deletes its marker too).
+        added = [name for name in plan.markers if not hasattr(model, name)]
+        for name in added:
+            meta = torch.empty(plan.markers[name], dtype=torch.int64, device="meta")
+            model.register_parameter(name, nn.Parameter(meta, requires_grad=False))
         try:
-            fastshard.load(
+            return fastshard.load(
                 model,
                 plan.uri,
                 rank=plan.ranks.file_rank,
@@ -185,62 +185,50 @@ class FastshardModelLoader(BaseModelLoader):
                 **self.open_options(),
             )
         finally:
-            if added and MARKER in model._parameters:
-                del model._parameters[MARKER]
+            for name in added:
+                model._parameters.pop(name, None)
 
-    def _load_hf(self, model: nn.Module, model_config: ModelConfig, plan: Plan) -> None:
-        opts = self.open_options()
-        with fastshard.open(plan.uri, **opts) as f:
-            loaded = model.load_weights(self._hf_weights(f, plan.ranks))
-        if isinstance(loaded, set) and model_config.quantization is None:
-            missing = sorted(n for n, _ in model.named_parameters() if n not in loaded)
-            if missing:
-                shown = ", ".join(missing[:20]) + (
-                    f" (+{len(missing) - 20} more)" if len(missing) > 20 else ""
-                )
-                raise InvalidArgumentError(
-                    f"{plan.file} does not fit the model: {len(missing)} parameters were "
-                    f"not loaded: {shown}",
-                    uri=plan.file,
-                )
-
-    def _hf_weights(
-        self, f: fastshard.TensorFile, ranks: _ranks.Ranks
-    ) -> Iterator[tuple[str, torch.Tensor]]:
-        """The file's tensors, whole, in batches of at most ``max_host_bytes``
-        (1 GiB by default; a larger tensor alone), so host memory stays
-        bounded while ``model.load_weights`` takes them. With ``cooperative``
-        the TP ranks fetch each batch once between them and share it: every
-        rank walks the same batches, in the same order."""
-        limit = self.config.open_opts.get("max_host_bytes", _HF_BATCH_BYTES)
-        share = self.config.cooperative and ranks.tp_size > 1
-        for batch in _batches(f.infos(), limit):
-            if share:
-                state = f.load_state_dict(
-                    names=batch,
-                    rank=ranks.tp_rank,
-                    world_size=ranks.tp_size,
-                    shard_specs={"*": None},
-                    cooperative=True,
-                    group=ranks.tp_group,
-                )
-            else:
-                state = f.load_state_dict(names=batch)
-            if not isinstance(state, dict):
-                raise InvalidArgumentError(f"{f.uri} holds nested tensors, not weights", uri=f.uri)
-            for name in list(state):
-                # write_module's root tensors are named ".name"
-                yield str(name).lstrip("."), state.pop(name)
+    def _load_hf(self, model: nn.Module, model_config: ModelConfig, plan: Plan) -> LoadStats:
+        limit = self.config.open_opts.get("max_host_bytes", hf.BATCH_BYTES)
+        with fastshard.open(plan.uri, **self.open_options()) as f:
+            feed = hf.Feed(f, model, plan.ranks, limit, self.config.cooperative)
+            try:
+                loaded = model.load_weights(feed)
+            except (ValueError, KeyError, AssertionError, RuntimeError) as e:
+                if isinstance(e, fastshard.FastshardError):
+                    raise
+                raise feed.refused(model, e) from e
+        hf.check_complete(model, loaded, plan.file, model_config.quantization is not None)
+        return feed.stats
 
 
-def _batches(infos: list[fastshard.TensorInfo], limit: int) -> Iterator[list[str]]:
-    batch: list[str] = []
-    held = 0
-    for info in infos:
-        if batch and held + info.nbytes > limit:
-            yield batch
-            batch, held = [], 0
-        batch.append(info.name)
-        held += info.nbytes
-    if batch:
-        yield batch
+def _summary(plan: Plan, stats: LoadStats, seconds: float, cooperative: bool) -> None:
+    """The one line a vLLM user sees of a load: where from, the route taken
+    and how fast."""
+    route = f"{plan.layout} layout"
+    if plan.layout == "vllm":
+        route += ", checkpoint form" if not plan.processed else ", processed weights"
+    elif cooperative and plan.ranks.tp_size > 1:
+        route += ", cooperative"
+    gbps = stats.bytes_fetched / seconds / 1e9 if seconds > 0 else 0.0
+    log.info(
+        "fastshard: loaded %s (tensorizer format, %s, file rank %d of %d, TP rank %d of %d): "
+        "%d bytes fetched by this rank (%.1f MiB) in %.2f s, %.2f GB/s, %d requests, %d retries",
+        plan.file,
+        route,
+        plan.ranks.file_rank,
+        plan.ranks.file_count,
+        plan.ranks.tp_rank,
+        plan.ranks.tp_size,
+        stats.bytes_fetched,
+        stats.bytes_fetched / (1 << 20),
+        seconds,
+        gbps,
+        stats.requests,
+        stats.retries,
+    )
+
+
+# Last: a registration that had to wait for this module to be complete
+# (fastshard.vllm._register_now) happens now.
+loader_ready()

@@ -1,14 +1,16 @@
 """Writing a running vLLM model as fastshard per-rank files.
 
-Each worker writes its own rank's live (post-processed) module, with vLLM's
-``vllm_tensorized_marker``, to ``template`` formatted with its file rank
-(``ranks.py``: PP stages included), through a worker extension method that
-the driver calls by name with ``collective_rpc`` (no pickled closures):
-start vLLM with ``worker_extension_cls=WORKER_EXTENSION``. The driver then
-writes ``fastshard-manifest.json`` and copies the model's non-weight files
-(config, generation config, tokenizer, ``*.py``; ``artifacts.py``) beside
-the weights, so the directory serves with ``--load-format fastshard`` or
-``tensorizer``, and an S3 prefix with ``fastshard serve``.
+Each worker writes its own rank, in checkpoint form (``checkpoint.py``: the
+parameters as ``load_weights`` leaves them, not the engine's post-processed
+module, which may not load again), with vLLM's ``vllm_tensorized_marker``
+and fastshard's ``CHECKPOINT_MARKER``, to ``template`` formatted with its
+file rank (``ranks.py``: PP stages included), through a worker extension
+method that the driver calls by name with ``collective_rpc`` (no pickled
+closures): start vLLM with ``worker_extension_cls=WORKER_EXTENSION``. The
+driver then writes ``fastshard-manifest.json`` and copies the model's
+non-weight files (config, generation config, tokenizer, ``*.py``;
+``artifacts.py``) beside the weights, so the directory or S3 prefix serves
+with ``--load-format fastshard`` or ``tensorizer``.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from ..errors import InvalidArgumentError
 from ..reader import source_options
 from . import ranks as _ranks
 from .artifacts import copy_artifacts, model_directory
-from .loader import MARKER, encryption_key
-from .serialize_names import SAVE_METHOD, WORKER_EXTENSION
+from .checkpoint import check_loadable, checkpoint_form
+from .keyfile import encryption_key
+from .names import CHECKPOINT_MARKER, MARKER, SAVE_METHOD, WORKER_EXTENSION
 
 log = logging.getLogger("fastshard")
 
@@ -52,24 +55,27 @@ def save_rank(
     **opts: Any,
 ) -> dict[str, Any]:
     """Write this worker's rank of ``model`` to ``uri`` (a template or a
-    directory); returns ``{"rank", "world_size", "uri", "size", "sha256"}``."""
+    directory); returns ``{"rank", "world_size", "uri", "size", "sha256"}``.
+    ``model`` must be in checkpoint form (``checkpoint.checkpoint_form``):
+    the loader runs vLLM's post-load processing on it in full."""
+    check_loadable(model)
     ranks = _ranks.current()
     template = _template(uri)
     target = shard.format_rank(template, ranks.file_rank)
     native = dict(opts)
     if encryption_keyfile is not None:
         native["encryption"] = encryption_key(encryption_keyfile, opts)
-    added = not hasattr(model, MARKER)
-    if added:
+    added = [name for name in (MARKER, CHECKPOINT_MARKER) if not hasattr(model, name)]
+    for name in added:
         marker = torch.tensor((1,), device="meta")
-        model.register_parameter(MARKER, torch.nn.Parameter(marker, requires_grad=False))
+        model.register_parameter(name, torch.nn.Parameter(marker, requires_grad=False))
     try:
         size, digest = writer._write(
             target, writer._entries(model), None, writer._native_opts(native), sha256=True
         )
     finally:
-        if added:
-            del model._parameters[MARKER]
+        for name in added:
+            model._parameters.pop(name, None)
     return {
         "rank": ranks.file_rank,
         "world_size": ranks.file_count,
@@ -82,9 +88,12 @@ def save_rank(
 class FastshardWorkerExtension:
     """vLLM worker extension (``worker_extension_cls=WORKER_EXTENSION``)."""
 
+    def fastshard_checkpoint_model(self) -> torch.nn.Module:
+        """This worker's rank of the model in checkpoint form."""
+        return checkpoint_form(self.vllm_config)  # type: ignore[attr-defined]
+
     def fastshard_save_rank(self, uri: str, options: dict[str, Any]) -> dict[str, Any]:
-        model = self.get_model()  # type: ignore[attr-defined]
-        return save_rank(model, uri, **options)
+        return save_rank(self.fastshard_checkpoint_model(), uri, **options)
 
 
 def serialize(

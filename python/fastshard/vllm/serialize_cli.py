@@ -14,7 +14,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from .serialize_names import WORKER_EXTENSION
+from .names import WORKER_EXTENSION
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

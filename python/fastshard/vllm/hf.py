@@ -1,0 +1,165 @@
+"""HF-layout weights (one unsharded file, Hugging Face names) fed to vLLM's
+``model.load_weights``: in bounded batches, cooperatively when asked, with
+the source module's non-persistent buffers left out and vLLM's refusals
+turned into fastshard errors that name the file, the tensor and its bytes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+import fastshard
+
+from ..errors import InvalidArgumentError
+from ..reader import LoadStats
+from . import ranks as _ranks
+
+log = logging.getLogger("vllm.fastshard")
+
+BATCH_BYTES = 1 << 30
+
+# Buffers that transformers' modules register with persistent=False: never
+# in a checkpoint, but tensorizer's write_module (which the tensorizer docs
+# tell users to run on a transformers model) writes them. They are derived
+# from the config and vLLM computes its own; vLLM's loader fails on the ones
+# its weight mappers do not drop (transformers 5's original_inv_freq).
+NON_PERSISTENT_BUFFERS = (
+    "rotary_emb.inv_freq",
+    "rotary_emb.original_inv_freq",
+    "rotary_emb.cos_cached",
+    "rotary_emb.sin_cached",
+    "rotary_pos_emb.inv_freq",
+    "embeddings.position_ids",
+    "embeddings.token_type_ids",
+)
+
+
+def is_non_persistent_buffer(name: str) -> bool:
+    return any(name == b or name.endswith("." + b) for b in NON_PERSISTENT_BUFFERS)
+
+
+def skipped_buffers(names: list[str], model: nn.Module) -> set[str]:
+    """The names among ``names`` (the file's, with write_module's leading
+    "." removed) that are non-persistent buffers of the source module and
+    that ``model`` has no parameter or buffer for."""
+    own = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
+    return {n for n in names if is_non_persistent_buffer(n) and n not in own}
+
+
+def _batches(infos: list[fastshard.TensorInfo], limit: int) -> Iterator[list[fastshard.TensorInfo]]:
+    batch: list[fastshard.TensorInfo] = []
+    held = 0
+    for info in infos:
+        if batch and held + info.nbytes > limit:
+            yield batch
+            batch, held = [], 0
+        batch.append(info)
+        held += info.nbytes
+    if batch:
+        yield batch
+
+
+class Feed:
+    """The file's tensors as ``(name, tensor)`` for ``model.load_weights``,
+    whole, in batches of at most ``limit`` bytes (a larger tensor alone), so
+    host memory stays bounded. With ``cooperative`` the TP ranks fetch each
+    batch once between them and share it: every rank walks the same batches
+    in the same order. ``current`` is the tensor being handed over, for
+    errors; ``stats`` adds up the batches' loads."""
+
+    def __init__(
+        self,
+        f: fastshard.TensorFile,
+        model: nn.Module,
+        ranks: _ranks.Ranks,
+        limit: int,
+        cooperative: bool,
+    ) -> None:
+        self.f = f
+        self.ranks = ranks
+        self.limit = limit
+        self.share = cooperative and ranks.tp_size > 1
+        self.current: fastshard.TensorInfo | None = None
+        self.stats = LoadStats()
+        infos = f.infos()
+        skipped = skipped_buffers([i.name.lstrip(".") for i in infos], model)
+        if skipped:
+            log.info(
+                "fastshard: %s: skipping %d non-persistent buffers of the source module that "
+                "the model computes itself: %s",
+                f.uri,
+                len(skipped),
+                ", ".join(sorted(skipped)),
+            )
+        self.infos = [i for i in infos if i.name.lstrip(".") not in skipped]
+
+    def _load(self, batch: list[fastshard.TensorInfo]) -> dict[Any, Any]:
+        names = [i.name for i in batch]
+        if self.share:
+            state = self.f.load_state_dict(
+                names=names,
+                rank=self.ranks.tp_rank,
+                world_size=self.ranks.tp_size,
+                shard_specs={"*": None},
+                cooperative=True,
+                group=self.ranks.tp_group,
+            )
+        else:
+            state = self.f.load_state_dict(names=names)
+        self.stats.add(self.f.stats)
+        self.stats.seconds += self.f.stats.seconds
+        if not isinstance(state, dict):
+            raise InvalidArgumentError(
+                f"{self.f.uri} holds nested tensors, not weights", uri=self.f.uri
+            )
+        return state
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for batch in _batches(self.infos, self.limit):
+            state = self._load(batch)
+            for info in batch:
+                self.current = info
+                # write_module's root tensors are named ".name"
+                yield info.name.lstrip("."), state.pop(info.name)
+        self.current = None
+
+    def refused(self, model: nn.Module, error: Exception) -> Exception:
+        """vLLM's ``load_weights`` raising ``error`` as a fastshard error
+        naming the file, the tensor it was given last and its bytes."""
+        info = self.current
+        if info is None:
+            return InvalidArgumentError(
+                f"{self.f.uri}: {type(model).__name__}.load_weights failed: "
+                f"{type(error).__name__}: {error}",
+                uri=self.f.uri,
+            )
+        name, span = info.name.lstrip("."), (info.offset, info.offset + info.nbytes)
+        return InvalidArgumentError(
+            f"{self.f.uri}: {type(model).__name__}.load_weights refused tensor {name!r} "
+            f"(bytes {span[0]}-{span[1]}, shape {tuple(info.shape)}): "
+            f"{type(error).__name__}: {error}",
+            uri=self.f.uri,
+            tensor=name,
+            byte_range=span,
+        )
+
+
+def check_complete(model: nn.Module, loaded: object, uri: str, quantized: bool) -> None:
+    """Every parameter of ``model`` must be among ``loaded`` (what vLLM's
+    ``load_weights`` reports; quantized models name theirs differently)."""
+    if not isinstance(loaded, set) or quantized:
+        return
+    missing = sorted(n for n, _ in model.named_parameters() if n not in loaded)
+    if missing:
+        shown = ", ".join(missing[:20]) + (
+            f" (+{len(missing) - 20} more)" if len(missing) > 20 else ""
+        )
+        raise InvalidArgumentError(
+            f"{uri} does not fit the model: {len(missing)} parameters were not loaded: {shown}",
+            uri=uri,
+        )
