@@ -37,8 +37,8 @@ PYTEST_ARGS ?=
 # Seconds one test may take before pytest-timeout fails it (a hang must not stall CI).
 PYTEST_TIMEOUT ?= 900
 
-.PHONY: help setup develop develop-release test test-rust test-py lint fmt-check clippy ruff \
-	fmt fuzz bench bench-remote bench-tp demo demo-local wheel gpu-check clean distclean
+.PHONY: help setup develop develop-release test test-rust test-py test-vllm033 lint fmt-check clippy ruff \
+	fmt fuzz bench bench-remote bench-ready bench-tp demo demo-local wheel gpu-check clean distclean
 
 help: ## List the targets
 	@echo "fastshard: make TARGET"
@@ -79,6 +79,9 @@ test-py: develop ## pytest -q, each test limited to PYTEST_TIMEOUT s (exit 5, "n
 	$(TIMED) pytest "$${deadline[@]}" $(PY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS) || { rc=$$?; \
 		if [[ $$rc == 5 ]]; then echo "error: pytest ran no tests (exit 5)" >&2; fi; exit $$rc; }
 
+test-vllm033: develop ## The plugin-contract tests against vLLM 0.33.0, in .venv-vllm033 (scripts/vllm033.sh; ~4.6 GB once)
+	@$(TIMED) test-vllm033 scripts/vllm033.sh $(PYTEST_ARGS)
+
 lint: fmt-check ruff clippy ## rustfmt --check, ruff check + format --check, clippy -D warnings
 
 fmt-check: setup ## cargo fmt --check
@@ -102,6 +105,9 @@ bench: develop-release ## Release build, then benches/bench_local.py (BENCH_ARGS
 
 bench-remote: develop-release ## Release build, then benches/bench_remote.py against SeaweedFS + nginx (BENCH_ARGS="--quick ...")
 	@$(TIMED) bench-remote $(PY) benches/bench_remote.py $(BENCH_ARGS)
+
+bench-ready: develop-release ## Release build, then benches/bench_ready.py: vllm serve to first completion, fastshard vs vLLM's loaders, local and S3
+	@$(TIMED) bench-ready $(PY) benches/bench_ready.py $(BENCH_ARGS)
 
 bench-tp: develop-release ## Release build, then benches/bench_tp.py: world size 4 from one model on SeaweedFS, every layout vs tensorizer
 	@$(TIMED) bench-tp $(PY) benches/bench_tp.py $(BENCH_ARGS)
