@@ -42,7 +42,7 @@ PYTEST_TIMEOUT ?= 900
 
 help: ## List the targets
 	@echo "fastshard: make TARGET"
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
+	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
 		awk 'BEGIN {FS = ":.*## "}; {printf "  %-16s %s\n", $$1, $$2}'
 	@echo "Variables: VENV=$(VENV)  BENCH_ARGS='$(BENCH_ARGS)'  DEMO_ARGS='$(DEMO_ARGS)'  PYTEST_ARGS='$(PYTEST_ARGS)'"
 
