@@ -115,7 +115,7 @@ else
     vllm_dist_shim
   fi
   echo "$want" >"$STAMP"
-  say "requirements: installed in $((SECONDS - start)) s"
+  say "$(basename "$REQS"): installed in $((SECONDS - start)) s"
 fi
 
 # --- System packages for the HTTP(S) tests -----------------------------------

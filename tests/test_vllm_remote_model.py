@@ -30,10 +30,7 @@ import fastshard.vllm as fv
 from fastshard.vllm import remote_model
 from fastshard.vllm.artifacts import cache_dir_for, copy_artifacts
 
-
-@pytest.fixture(scope="module", autouse=True)
-def registered() -> None:
-    fv.register()
+pytestmark = pytest.mark.usefixtures("vllm_registered")
 
 
 @pytest.fixture(scope="module")

@@ -110,7 +110,7 @@ def loader_ready() -> None:
 def register() -> None:
     """Register fastshard's loader with vLLM's loader registry (now, or as
     soon as that registry is imported), and, in a process that builds
-    engine arguments, let them take s3:// and http(s):// model paths for
+    engine arguments, let them take s3:// model paths for
     fastshard's formats (remote_model.py)."""
     global _wanted
     _wanted = True

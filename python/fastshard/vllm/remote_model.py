@@ -37,7 +37,10 @@ from .config import parse_extra_config
 
 log = logging.getLogger("vllm.fastshard")
 
-REMOTE_SCHEMES = ("s3://", "http://", "https://")
+# Only s3://: vLLM's engine arguments resolve any other URL as a Hugging Face
+# repo (its speculator check, its offline mode) before a model config is made,
+# so http(s):// prefixes go through `fastshard serve` instead.
+REMOTE_SCHEMES = ("s3://",)
 TESTED_VERSIONS = ("0.32", "0.33")
 _PATCHED = "__fastshard_remote_model__"
 # EngineArgs fields the rewrite reads and sets.
@@ -122,7 +125,7 @@ def install(formats: Callable[[], list[str]]) -> bool:
     original = getattr(engine_args, "create_model_config", None)
     if original is None:
         log.warning(
-            "fastshard: vLLM %s has no EngineArgs.create_model_config: s3:// and http(s):// "
+            "fastshard: vLLM %s has no EngineArgs.create_model_config: s3:// "
             "model paths are left to vLLM, which refuses them for tensorizer and fastshard; "
             "use `fastshard serve URI` (tested with vLLM %s)",
             vllm_version(),
