@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 from vllm_engine_files import ENCRYPTIONS, HF_ROUTES, PROMPTS, SOURCES, step_log
 
+import fastshard
+from fastshard.vllm.names import CHECKPOINT_MARKER, MARKER
+
 pytestmark = pytest.mark.s3
 
 
@@ -61,9 +64,15 @@ def test_vllm_written_processed_weights_load_in_processed_mode(vllm_engines):
     """A file without fastshard's checkpoint marker (vLLM's own serializer)
     is taken as processed weights: loaded, then vLLM's post-load processing
     in its "already processed" mode (the CPU GEMM dispatch still runs)."""
-    assert _tokens(vllm_engines, "processed") == _tokens(vllm_engines, "baseline")
-    log = step_log(vllm_engines["output"], "processed")
-    assert "vllm layout, processed weights" in log
+    for step in ("processed", "reserialized"):
+        assert _tokens(vllm_engines, step) == _tokens(vllm_engines, "baseline"), step
+        log = step_log(vllm_engines["output"], step)
+        assert "vllm layout, processed weights" in log, step
+    # Serialized from an engine that read processed weights: marked as processed.
+    root = vllm_engines["root"]
+    with fastshard.open(root / "reserialized" / "model-rank-000.tensors") as f:
+        names = [n.lstrip(".") for n in f.keys()]
+    assert MARKER in names and CHECKPOINT_MARKER not in names
 
 
 def test_negative_control_corrupted_weights_change_the_tokens(vllm_engines):

@@ -66,7 +66,7 @@ class _FakeLLM:
                 self.model = model
 
             def fastshard_checkpoint_model(self):
-                return self.model
+                return self.model, False
 
         out = []
         for r, m in enumerate(self.models):

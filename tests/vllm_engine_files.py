@@ -289,12 +289,17 @@ def tp1_steps(files: Files, root: Path) -> list[dict[str, Any]]:
         }
     )
     extra = {"uri": processed.replace("000", "%03d")}
+    fs = {**base, "load_format": "fastshard", "worker_extension_cls": WORKER_EXTENSION}
+    # An engine that loaded processed weights serializes them as processed.
+    again = f"{root}/reserialized/"
     steps.append(
         {
             "id": "processed",
-            "llm": {**base, "load_format": "fastshard", "model_loader_extra_config": extra},
+            "llm": {**fs, "model_loader_extra_config": extra},
+            "serialize": [{"uri": again}],
         }
     )
+    steps.append({"id": "reserialized", "llm": {**fs, "model_loader_extra_config": {"uri": again}}})
     # The real MiniLM as an embedding model: vLLM's own safetensors load of
     # the shipped weights, and fastshard's of a write_module file of them.
     bert = {"model": str(minilm.MODEL_DIR), "runner": "pooling", **ENGINE}

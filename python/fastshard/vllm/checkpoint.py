@@ -10,7 +10,9 @@ through the engine's own loader from the checkpoint the engine was started
 from, and writes that. Loading the file then runs vLLM's post-load
 processing in full, as after any checkpoint load, so every method that
 processes weights after loading is covered. Online quantisation (weights
-quantized while they load) has no checkpoint form and is refused.
+quantized while they load) has no checkpoint form and is refused. An engine
+that loaded processed weights (a file vLLM's own serializer wrote) has none
+either: those are written as processed weights, as they were read.
 
 The second module costs host memory: one rank's weights, for the time of
 the write.
@@ -54,9 +56,12 @@ def _online_quantized(model: nn.Module) -> bool:
     )
 
 
-def checkpoint_form(vllm_config: Any) -> nn.Module:
+def checkpoint_form(vllm_config: Any) -> tuple[nn.Module, bool]:
     """This worker's rank of the model (``vllm_config``: the worker's),
-    built on the CPU and filled by the engine's loader, unprocessed."""
+    built on the CPU and filled by the engine's loader, unprocessed; and
+    whether those weights are processed all the same: the engine loaded a
+    file of processed weights (vLLM's own serializer wrote it), which has
+    no checkpoint form to go back to, so it is written as it was read."""
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader import get_model_loader
     from vllm.utils.torch_utils import set_default_torch_dtype
@@ -77,7 +82,13 @@ def checkpoint_form(vllm_config: Any) -> nn.Module:
                 "when serving"
             )
         loader.load_weights(model, model_config)
-    return model
+    return model, _reads_processed(loader, model_config)
+
+
+def _reads_processed(loader: Any, model_config: Any) -> bool:
+    from .loader import FastshardModelLoader
+
+    return isinstance(loader, FastshardModelLoader) and loader.plan(model_config).processed
 
 
 def check_loadable(model: nn.Module) -> None:

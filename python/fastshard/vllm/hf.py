@@ -112,7 +112,6 @@ class Feed:
         else:
             state = self.f.load_state_dict(names=names)
         self.stats.add(self.f.stats)
-        self.stats.seconds += self.f.stats.seconds
         if not isinstance(state, dict):
             raise InvalidArgumentError(
                 f"{self.f.uri} holds nested tensors, not weights", uri=self.f.uri

@@ -52,12 +52,15 @@ def save_rank(
     uri: str,
     *,
     encryption_keyfile: str | None = None,
+    processed: bool = False,
     **opts: Any,
 ) -> dict[str, Any]:
     """Write this worker's rank of ``model`` to ``uri`` (a template or a
     directory); returns ``{"rank", "world_size", "uri", "size", "sha256"}``.
     ``model`` must be in checkpoint form (``checkpoint.checkpoint_form``):
-    the loader runs vLLM's post-load processing on it in full."""
+    the loader runs vLLM's post-load processing on it in full. With
+    ``processed`` its weights were read processed and are marked as such
+    (no ``CHECKPOINT_MARKER``)."""
     check_loadable(model)
     ranks = _ranks.current()
     template = _template(uri)
@@ -65,7 +68,8 @@ def save_rank(
     native = dict(opts)
     if encryption_keyfile is not None:
         native["encryption"] = encryption_key(encryption_keyfile, opts)
-    added = [name for name in (MARKER, CHECKPOINT_MARKER) if not hasattr(model, name)]
+    markers = (MARKER,) if processed else (MARKER, CHECKPOINT_MARKER)
+    added = [name for name in markers if not hasattr(model, name)]
     for name in added:
         marker = torch.tensor((1,), device="meta")
         model.register_parameter(name, torch.nn.Parameter(marker, requires_grad=False))
@@ -88,12 +92,14 @@ def save_rank(
 class FastshardWorkerExtension:
     """vLLM worker extension (``worker_extension_cls=WORKER_EXTENSION``)."""
 
-    def fastshard_checkpoint_model(self) -> torch.nn.Module:
-        """This worker's rank of the model in checkpoint form."""
+    def fastshard_checkpoint_model(self) -> tuple[torch.nn.Module, bool]:
+        """This worker's rank of the model in checkpoint form, and whether its
+        weights are processed all the same (checkpoint.checkpoint_form)."""
         return checkpoint_form(self.vllm_config)  # type: ignore[attr-defined]
 
     def fastshard_save_rank(self, uri: str, options: dict[str, Any]) -> dict[str, Any]:
-        return save_rank(self.fastshard_checkpoint_model(), uri, **options)
+        model, processed = self.fastshard_checkpoint_model()
+        return save_rank(model, uri, processed=processed, **options)
 
 
 def serialize(
