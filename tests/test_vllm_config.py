@@ -5,20 +5,12 @@ loader takes, fastshard's own, and the errors for the rest."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-
-try:
-    import vllm  # noqa: F401
-except Exception as e:  # pragma: no cover - depends on the environment
-    pytest.skip(
-        f"vLLM is not importable here ({e!r}): the plugin needs it", allow_module_level=True
-    )
+pytest.importorskip("vllm", reason="the plugin needs vLLM")  # conftest: VLLM_TARGET_DEVICE=cpu
 
 from vllm.model_executor.model_loader import get_model_loader
 from vllm.model_executor.model_loader.tensorizer import TensorizerConfig

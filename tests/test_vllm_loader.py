@@ -14,14 +14,7 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-
-try:
-    import vllm  # noqa: F401
-except Exception as e:  # pragma: no cover - depends on the environment
-    pytest.skip(
-        f"vLLM is not importable here ({e!r}): the plugin needs it", allow_module_level=True
-    )
+pytest.importorskip("vllm", reason="the plugin needs vLLM")  # conftest: VLLM_TARGET_DEVICE=cpu
 
 import torch
 from tensorizer import EncryptionParams, TensorSerializer
@@ -29,6 +22,7 @@ from vllm_like_model import TinyForCausalLM, hf_state_dict, rank_model
 from vllm_plugin_helpers import (
     PYTHON_DIR,
     ModelConfig,
+    assert_ranks_load,
     assert_same,
     cli_load_config,
     loader_for,
@@ -109,12 +103,8 @@ def test_fastshard_directory_with_manifest(monkeypatch, tmp_path: Path):
     hf = hf_state_dict()
     refs = [rank_model(hf, r, 2) for r in range(2)]
     fastshard.save_sharded([dict(m.named_parameters()) for m in refs], f"{tmp_path}/")
+    assert_ranks_load(monkeypatch, "fastshard", {"uri": str(tmp_path)}, refs)
     loader = loader_for("fastshard", {"uri": str(tmp_path)})
-    for r in range(2):
-        set_ranks(monkeypatch, r, 2)
-        model = TinyForCausalLM(r, 2)
-        loader.load_weights(model, ModelConfig())
-        assert_same(model, refs[r])
     set_ranks(monkeypatch, 0, 4)  # the manifest says 2 ranks
     with pytest.raises(fastshard.ShardMismatchError):
         loader.load_weights(TinyForCausalLM(0, 4), ModelConfig())
@@ -152,13 +142,8 @@ def test_hf_layout_feeds_model_load_weights(monkeypatch, tmp_path: Path):
     _write_hf(tmp_path / "model.tensors", hf)
     # A small max_host_bytes: the weights reach load_weights in many batches.
     extra = {"tensorizer_uri": str(tmp_path / "model.tensors"), "max_host_bytes": 2048}
-    loader = loader_for("tensorizer", extra)
-    for r in range(2):
-        set_ranks(monkeypatch, r, 2)
-        assert loader.plan(ModelConfig()).layout == "hf"
-        model = TinyForCausalLM(r, 2)
-        loader.load_weights(model, ModelConfig())
-        assert_same(model, rank_model(hf, r, 2))
+    refs = [rank_model(hf, r, 2) for r in range(2)]
+    assert_ranks_load(monkeypatch, "tensorizer", extra, refs, layout="hf")
 
 
 def test_hf_layout_missing_weights_are_errors(tmp_path: Path):
@@ -271,9 +256,4 @@ def test_encrypted_rank_files_and_keyfile_on_s3(monkeypatch, model_dir, tmp_path
     lc = cli_load_config(
         model_dir, "--load-format", "tensorizer", "--model-loader-extra-config", json.dumps(extra)
     )
-    loader = loader_for("tensorizer", lc.model_loader_extra_config)
-    for r in range(2):
-        set_ranks(monkeypatch, r, 2)
-        model = TinyForCausalLM(r, 2)
-        loader.load_weights(model, ModelConfig())
-        assert_same(model, refs[r])
+    assert_ranks_load(monkeypatch, "tensorizer", lc.model_loader_extra_config, refs)

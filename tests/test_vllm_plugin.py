@@ -11,21 +11,13 @@ machine without a GPU ("Failed to infer device type" otherwise).
 
 from __future__ import annotations
 
-import os
 import tomllib
 from importlib.metadata import EntryPoint
 from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
-
-try:
-    import vllm  # noqa: F401
-except Exception as e:  # pragma: no cover - depends on the environment
-    pytest.skip(
-        f"vLLM is not importable here ({e!r}): the plugin needs it", allow_module_level=True
-    )
+pytest.importorskip("vllm", reason="the plugin needs vLLM")  # conftest: VLLM_TARGET_DEVICE=cpu
 
 from vllm_plugin_helpers import ROOT, loader_for, run_code
 

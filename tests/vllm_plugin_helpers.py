@@ -19,6 +19,7 @@ from vllm.config import LoadConfig
 from vllm.engine.arg_utils import EngineArgs
 from vllm.model_executor.model_loader import get_model_loader
 from vllm.utils.argparse_utils import FlexibleArgumentParser
+from vllm_like_model import TinyForCausalLM
 
 from fastshard.vllm import ranks as franks
 from fastshard.vllm.loader import FastshardModelLoader
@@ -87,3 +88,22 @@ def assert_same(actual: torch.nn.Module, expected: torch.nn.Module) -> None:
     assert a.keys() == e.keys()
     for name in e:
         assert torch.equal(a[name], e[name]), name
+
+
+def assert_ranks_load(
+    monkeypatch: pytest.MonkeyPatch,
+    load_format: str,
+    extra: dict,
+    refs: list[torch.nn.Module],
+    layout: str | None = None,
+) -> None:
+    """Every rank r of ``len(refs)`` loads, as that rank, the parameters of
+    ``refs[r]`` into a fresh TinyForCausalLM (through the plan ``layout``)."""
+    loader = loader_for(load_format, extra)
+    for r, ref in enumerate(refs):
+        set_ranks(monkeypatch, r, len(refs))
+        if layout is not None:
+            assert loader.plan(ModelConfig()).layout == layout
+        model = TinyForCausalLM(r, len(refs))
+        loader.load_weights(model, ModelConfig())
+        assert_same(model, ref)
