@@ -11,6 +11,7 @@ pub mod error;
 pub mod exec;
 pub mod format;
 pub mod io;
+pub mod location;
 pub mod plan;
 pub mod save;
 pub mod session;
@@ -19,3 +20,4 @@ pub mod session;
 mod py;
 
 pub use error::{Error, ErrorKind, Result};
+pub use location::{Kind, Location};

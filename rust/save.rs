@@ -13,6 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::format::crypt::{self, Cipher, CryptInfo, KdfParams, Key, Nonce, Secret, WriteCrypt};
 use crate::format::writer::{self, IndexMode, WriteSpec};
 use crate::io::SourceOptions;
+use crate::location::{Kind, Location};
 
 const WRITE_BUFFER: usize = 8 * 1024 * 1024;
 
@@ -43,19 +44,19 @@ impl SaveEncryption {
     }
 }
 
-/// Writes `specs` with tensor bytes `data` to `uri` (a local path, or
+/// Writes `specs` with tensor bytes `data` to `loc` (a local path, or
 /// `s3://bucket/key` streamed as a multipart upload); returns the size.
 /// The object appears under its name only when complete: a local file is
 /// written to a temporary sibling and renamed, an upload is completed last
 /// (and aborted on failure), so readers never see half a file.
 pub fn write_file(
-    uri: &str,
+    loc: &Location,
     specs: &[WriteSpec],
     data: &[&[u8]],
     mode: IndexMode,
     opts: &SourceOptions,
 ) -> Result<u64> {
-    write_file_hashed(uri, specs, data, mode, opts, false).map(|(size, _)| size)
+    write_file_hashed(loc, specs, data, mode, opts, false).map(|(size, _)| size)
 }
 
 /// [`write_file`], and with `sha256` also the SHA-256 of the whole file as
@@ -63,20 +64,20 @@ pub fn write_file(
 /// from the same in-memory pieces while they are written or uploaded, so
 /// nothing is read back.
 pub fn write_file_hashed(
-    uri: &str,
+    loc: &Location,
     specs: &[WriteSpec],
     data: &[&[u8]],
     mode: IndexMode,
     opts: &SourceOptions,
     sha256: bool,
 ) -> Result<(u64, Option<[u8; 32]>)> {
-    write_file_with(uri, specs, data, mode, opts, sha256, None)
+    write_file_with(loc, specs, data, mode, opts, sha256, None)
 }
 
 /// [`write_file_hashed`], encrypting every tensor that has data when `enc`
 /// is set (tensorizer's layout: 2 MiB chunks, a random nonce per tensor).
 pub fn write_file_with(
-    uri: &str,
+    loc: &Location,
     specs: &[WriteSpec],
     data: &[&[u8]],
     mode: IndexMode,
@@ -107,12 +108,12 @@ pub fn write_file_with(
         }
     }
     let headers = record_headers_parallel(specs, &layout.records, data);
-    if uri.contains("://") && !uri.starts_with("file://") && !uri.starts_with("s3://") {
+    if loc.kind() == Kind::Http {
         return Err(Error::new(
             ErrorKind::Unsupported,
             "fastshard can save to local paths and s3:// only",
         )
-        .with_uri(crate::io::http::redact(uri)));
+        .with_uri(loc.display()));
     }
     let failed = AtomicBool::new(false);
     let digest = std::thread::scope(|s| {
@@ -120,7 +121,7 @@ pub fn write_file_with(
         let inline = sha256 && enc.is_some();
         let hasher =
             (sha256 && !inline).then(|| s.spawn(|| file_sha256(&layout, &headers, data, &failed)));
-        let written = match store(uri, &layout, &headers, data, opts, enc, inline) {
+        let written = match store(loc, &layout, &headers, data, opts, enc, inline) {
             Ok(d) => d,
             Err(e) => {
                 failed.store(true, Ordering::Relaxed);
@@ -163,7 +164,7 @@ fn file_sha256(
 /// Writes the file to its destination: an upload, or a local file renamed
 /// into place once complete.
 fn store(
-    uri: &str,
+    loc: &Location,
     layout: &writer::WriteLayout,
     headers: &[Vec<u8>],
     data: &[&[u8]],
@@ -172,16 +173,16 @@ fn store(
     hash: bool,
 ) -> Result<Option<[u8; 32]>> {
     let sha = || hash.then(Sha256::new);
-    if uri.starts_with("s3://") {
+    let uri = loc.display();
+    let Some(path) = loc.path() else {
         let mut w = Hashing {
-            inner: crate::io::s3::upload_writer(uri, &opts.s3, opts.retry)?,
+            inner: crate::io::s3::upload_writer(loc, &opts.s3, opts.retry)?,
             sha: sha(),
         };
         emit(&mut w, layout, headers, data, enc).map_err(|e| e.with_uri(uri))?;
         w.inner.finish()?;
         return Ok(w.sha.map(|h| h.finalize().into()));
-    }
-    let path = uri.strip_prefix("file://").unwrap_or(uri);
+    };
     let tmp = format!("{path}.fastshard-partial");
     let io_err = |e: std::io::Error| Error::from_io(e, "write failed").with_uri(uri);
     let file = File::create(&tmp).map_err(io_err)?;
@@ -338,6 +339,7 @@ mod tests {
     fn whole_file_hash_is_of_the_bytes_written() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("m.tensors").to_str().unwrap().to_string();
+        let loc = Location::parse(&path).unwrap();
         let specs: Vec<WriteSpec> = [("a", 12u64), ("b", 1 << 20)]
             .iter()
             .map(|(name, n)| WriteSpec {
@@ -354,13 +356,13 @@ mod tests {
         let data = [&a[..], &b[..]];
         let opts = SourceOptions::default();
         let (size, digest) =
-            write_file_hashed(&path, &specs, &data, IndexMode::Tensorizer, &opts, true).unwrap();
+            write_file_hashed(&loc, &specs, &data, IndexMode::Tensorizer, &opts, true).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(size, bytes.len() as u64);
         let expected: [u8; 32] = Sha256::digest(&bytes).into();
         assert_eq!(digest, Some(expected));
         let (_, none) =
-            write_file_hashed(&path, &specs, &data, IndexMode::Tensorizer, &opts, false).unwrap();
+            write_file_hashed(&loc, &specs, &data, IndexMode::Tensorizer, &opts, false).unwrap();
         assert_eq!(none, None);
     }
 }

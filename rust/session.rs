@@ -9,6 +9,7 @@ use crate::exec::{execute, overlap, CancelToken, Destinations, ExecOptions};
 use crate::format::crypt::{self, Decryptor};
 use crate::format::{hash, FileHeader, Index, RecordHeader, PREAMBLE_LEN};
 use crate::io::{open_source, RangeSource, SourceOptions};
+use crate::location::Location;
 use crate::plan::{plan_reads, selection_wants, sliced_shape, Slot, TensorSlice};
 
 /// Bytes the discovery read asks for: tensorizer reserves a 256 KiB index,
@@ -69,10 +70,10 @@ pub struct TensorFile {
 
 impl TensorFile {
     /// Fetches and validates the header and index.
-    pub fn open(uri: &str, opts: &SourceOptions) -> Result<TensorFile> {
+    pub fn open(loc: &Location, opts: &SourceOptions) -> Result<TensorFile> {
         let rt = crate::exec::runtime()?;
         let (source, index, size, stats) = rt.block_on(async {
-            let source = open_source(uri, opts).await?;
+            let source = open_source(loc, opts).await?;
             let cancel = CancelToken::new().child_with_budget(opts.deadline);
             let (index, size, stats) = read_index(source.as_ref(), &cancel)
                 .await

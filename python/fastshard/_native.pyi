@@ -7,7 +7,7 @@ saves), so no tensor data is copied through Python objects.
 
 from collections.abc import Sequence
 from os import PathLike
-from typing import Literal, overload
+from typing import Literal, final, overload
 
 from typing_extensions import Buffer, TypedDict, Unpack
 
@@ -79,6 +79,48 @@ class SourceOptions(TypedDict, total=False):
 # Names of the source options (keys of SourceOptions), as the native layer accepts them.
 SOURCE_OPTIONS: list[str]
 
+@final
+class Location:
+    """A URI parsed once: its kind, parts, and a form safe to show.
+
+    ``uri``: a local path (str or os.PathLike), ``file://path``,
+    ``s3://bucket/key`` (a key that is empty or ends in "/" names a prefix)
+    or an ``http(s)://`` URL. Only http(s) URLs have a query string; in a
+    path or an S3 key "?" is an ordinary character. An unknown scheme raises
+    UnsupportedError, ``s3://`` without a bucket InvalidArgumentError.
+    Every native entry point that takes a URI also takes a Location.
+    """
+
+    def __init__(self, uri: str | PathLike[str]) -> None: ...
+    @property
+    def kind(self) -> Literal["file", "s3", "http"]: ...
+    @property
+    def display(self) -> str:
+        """Safe to show: no user info, fragment or query string (a query
+        shows as "?…"). Also ``str()``; ``repr()`` is ``Location('<display>')``."""
+    @property
+    def path(self) -> str | None:
+        """The local file system path (plain path or ``file://``)."""
+    @property
+    def bucket(self) -> str | None: ...
+    @property
+    def key(self) -> str | None:
+        """The S3 key: "" or ending in "/" for a prefix."""
+    @property
+    def head(self) -> str:
+        """What a per-rank template may rewrite: the whole URI, or an
+        http(s) URL without its "?query"."""
+    @property
+    def query(self) -> str:
+        """An http(s) URL's "?query" as given (a secret for presigned URLs),
+        else ""."""
+    @property
+    def is_dir(self) -> bool:
+        """The head ends with "/", or a local path is a directory now."""
+    def sibling(self, name: str) -> Location:
+        """``name`` in the same directory (head up to its last "/"),
+        without this location's query string."""
+
 class Slab:
     """A Rust-owned, page-aligned, zero-initialised host buffer of ``nbytes``
     bytes, exported through the writable buffer protocol (``torch.frombuffer``
@@ -118,7 +160,7 @@ class Reader:
     version: int
     encrypted: bool
     discovery_bytes: int  # read by the constructor (header and index)
-    def __init__(self, uri: str, **opts: Unpack[SourceOptions]) -> None: ...
+    def __init__(self, uri: str | Location, **opts: Unpack[SourceOptions]) -> None: ...
     def entries(self) -> list[EntryTuple]: ...
     def load(
         self,
@@ -160,7 +202,7 @@ class Reader:
 
 @overload
 def write_file(
-    path: str,
+    path: str | Location,
     specs: Sequence[SpecTuple],
     buffers: Sequence[Buffer],
     *,
@@ -183,7 +225,7 @@ def write_file(
 
 @overload
 def write_file(
-    path: str,
+    path: str | Location,
     specs: Sequence[SpecTuple],
     buffers: Sequence[Buffer],
     *,
@@ -196,7 +238,7 @@ def write_file(
     another thread from the bytes as they are written (nothing read back)."""
 
 def read_object(
-    uri: str, *, max_bytes: int = 16 << 20, **opts: Unpack[SourceOptions]
+    uri: str | Location, *, max_bytes: int = 16 << 20, **opts: Unpack[SourceOptions]
 ) -> bytes | None:
     """The whole object at ``uri`` (local path, ``file://``, ``s3://`` or
     ``http(s)://``), or None when it does not exist (NotFound; a missing
@@ -205,13 +247,13 @@ def read_object(
     typed (AuthError naming the credential source, StorageError, ...).
     Small objects only (the shard manifest): tensor files go through Reader."""
 
-def write_object(uri: str, data: bytes, **opts: Unpack[SourceOptions]) -> None:
+def write_object(uri: str | Location, data: bytes, **opts: Unpack[SourceOptions]) -> None:
     """Write ``data`` as the whole object at ``uri``: a local file written
     beside its name and renamed into place, or one S3 PutObject. Readers see
     the old object or the new one, never a part. ``http(s)://`` raises
     UnsupportedError."""
 
-def delete_object(uri: str, **opts: Unpack[SourceOptions]) -> None:
+def delete_object(uri: str | Location, **opts: Unpack[SourceOptions]) -> None:
     """Delete a local file or S3 object; one that does not exist is fine.
     ``http(s)://`` raises UnsupportedError."""
 

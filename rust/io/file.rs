@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::{BoxFuture, Discovery, PartStats, RangeSource};
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{CancelToken, Destinations};
+use crate::location::Location;
 use crate::plan::{Part, PlanOptions};
 
 /// Most iovecs one `preadv` takes (Linux's IOV_MAX).
@@ -24,7 +25,11 @@ pub struct FileSource {
 }
 
 impl FileSource {
-    pub fn open(uri: &str, path: &str) -> Result<Self> {
+    pub fn open(loc: &Location) -> Result<Self> {
+        let uri = loc.display();
+        let path = loc
+            .path()
+            .ok_or_else(|| Error::invalid("not a local path").with_uri(uri))?;
         let file = File::open(path).map_err(|e| Error::from_io(e, "cannot open").with_uri(uri))?;
         let meta = file
             .metadata()
@@ -234,7 +239,7 @@ mod tests {
         let mut f = tempfile::NamedTempFile::new().unwrap();
         f.write_all(bytes).unwrap();
         let path = f.path().to_str().unwrap().to_string();
-        let src = Arc::new(FileSource::open(&path, &path).unwrap());
+        let src = Arc::new(FileSource::open(&Location::parse(&path).unwrap()).unwrap());
         (f, src)
     }
 
@@ -292,7 +297,8 @@ mod tests {
 
     #[test]
     fn missing_file_is_not_found() {
-        let err = FileSource::open("/nonexistent/x.tensors", "/nonexistent/x.tensors").unwrap_err();
+        let loc = Location::parse("/nonexistent/x.tensors").unwrap();
+        let err = FileSource::open(&loc).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NotFound);
         assert_eq!(err.uri(), Some("/nonexistent/x.tensors"));
     }

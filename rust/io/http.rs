@@ -13,6 +13,7 @@ use super::retry::RetryPolicy;
 use super::sink::{Fetched, PartSink, RangedObject, Streamer};
 use super::BoxFuture;
 use crate::error::{Error, ErrorKind, Result};
+use crate::location::Location;
 
 /// A conditional header and its value, sent with every request after discovery.
 type Pin = (reqwest::header::HeaderName, String);
@@ -26,32 +27,13 @@ pub struct HttpSource {
     policy: RetryPolicy,
 }
 
-/// The URL without query string, fragment or user info.
-pub fn redact(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut u) => {
-            let had_query = u.query().is_some();
-            u.set_query(None);
-            u.set_fragment(None);
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            let mut s = u.to_string();
-            if had_query {
-                s.push_str("?…");
-            }
-            s
-        }
-        Err(_) => "<unparsable URL>".to_string(),
-    }
-}
-
 impl HttpSource {
     pub fn open(
-        url: &str,
+        loc: &Location,
         policy: RetryPolicy,
         ca_bundle: Option<&std::path::Path>,
     ) -> Result<Self> {
-        let shown = redact(url);
+        let (url, shown) = (loc.uri(), loc.display().to_string());
         let mut builder = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .read_timeout(Duration::from_secs(30))
@@ -266,15 +248,6 @@ impl RangedObject for HttpSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redaction_drops_query_and_user_info() {
-        let r = redact(
-            "https://user:pw@host.example/b/k.tensors?X-Amz-Signature=abc&X-Amz-Credential=z",
-        );
-        assert_eq!(r, "https://host.example/b/k.tensors?…");
-        assert!(!r.contains("abc") && !r.contains("pw"));
-    }
 
     #[test]
     fn statuses_map_to_kinds() {

@@ -23,8 +23,9 @@ pub use http::HttpSource;
 pub use retry::RetryPolicy;
 pub use s3::{S3Options, S3Source};
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::Result;
 use crate::exec::{CancelToken, Destinations};
+use crate::location::{Kind, Location};
 use crate::plan::{Part, PlanOptions};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -121,27 +122,15 @@ pub struct SourceOptions {
     pub deadline: Option<std::time::Duration>,
 }
 
-/// Opens the source a URI names: `s3://bucket/key`, `http(s)://…`,
-/// `file://path` or a plain local path.
-pub async fn open_source(uri: &str, opts: &SourceOptions) -> Result<Arc<dyn RangeSource>> {
-    if let Some(scheme_end) = uri.find("://") {
-        let scheme = uri[..scheme_end].to_ascii_lowercase();
-        return match scheme.as_str() {
-            "file" => Ok(Arc::new(FileSource::open(uri, &uri[scheme_end + 3..])?)),
-            "s3" => Ok(Arc::new(S3Source::open(uri, &opts.s3, opts.retry).await?)),
-            "http" | "https" => Ok(Arc::new(HttpSource::open(
-                uri,
-                opts.retry,
-                opts.s3.ca_bundle.as_deref(),
-            )?)),
-            _ => Err(Error::new(
-                ErrorKind::Unsupported,
-                format!(
-                    "unsupported URI scheme {scheme:?}: use s3://, http(s)://, file:// or a path"
-                ),
-            )
-            .with_uri(http::redact(uri))),
-        };
-    }
-    Ok(Arc::new(FileSource::open(uri, uri)?))
+/// Opens the source a location names.
+pub async fn open_source(loc: &Location, opts: &SourceOptions) -> Result<Arc<dyn RangeSource>> {
+    Ok(match loc.kind() {
+        Kind::File => Arc::new(FileSource::open(loc)?),
+        Kind::S3 => Arc::new(S3Source::open(loc, &opts.s3, opts.retry).await?),
+        Kind::Http => Arc::new(HttpSource::open(
+            loc,
+            opts.retry,
+            opts.s3.ca_bundle.as_deref(),
+        )?),
+    })
 }

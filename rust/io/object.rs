@@ -13,33 +13,12 @@ use super::http::{self, HttpSource};
 use super::SourceOptions;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::CancelToken;
+use crate::location::{Kind, Location};
 
 /// What `read_object` holds at most unless told otherwise: a manifest of
 /// thousands of ranks is well below this, and a wrong URI pointing at a
 /// multi-gigabyte tensor file must not be read into memory.
 pub const DEFAULT_MAX_BYTES: u64 = 16 << 20;
-
-enum Location<'a> {
-    Local(&'a str),
-    S3,
-    Http,
-}
-
-fn locate(uri: &str) -> Result<Location<'_>> {
-    let Some(scheme_end) = uri.find("://") else {
-        return Ok(Location::Local(uri));
-    };
-    match uri[..scheme_end].to_ascii_lowercase().as_str() {
-        "file" => Ok(Location::Local(&uri[scheme_end + 3..])),
-        "s3" => Ok(Location::S3),
-        "http" | "https" => Ok(Location::Http),
-        scheme => Err(Error::new(
-            ErrorKind::Unsupported,
-            format!("unsupported URI scheme {scheme:?}: use s3://, http(s)://, file:// or a path"),
-        )
-        .with_uri(http::redact(uri))),
-    }
-}
 
 pub(crate) fn too_large(size: u64, max_bytes: u64) -> Error {
     Error::invalid(format!(
@@ -51,27 +30,27 @@ fn budget(opts: &SourceOptions, cancel: &CancelToken) -> CancelToken {
     cancel.child_with_budget(opts.deadline)
 }
 
-/// The whole object at `uri`, `None` when it does not exist; an object
+/// The whole object at `loc`, `None` when it does not exist; an object
 /// larger than `max_bytes` is an error, found before it is read when the
 /// store says its size.
 pub fn read_object(
-    uri: &str,
+    loc: &Location,
     max_bytes: u64,
     opts: &SourceOptions,
     cancel: &CancelToken,
 ) -> Result<Option<Vec<u8>>> {
     let cancel = budget(opts, cancel);
-    match locate(uri)? {
-        Location::Local(path) => read_local(path, max_bytes).map_err(|e| e.with_uri(uri)),
-        Location::S3 => crate::exec::runtime()?.block_on(super::s3::object::get(
-            uri,
+    match local_or(loc) {
+        Ok(path) => read_local(path, max_bytes).map_err(|e| e.with_uri(loc.display())),
+        Err(Kind::S3) => crate::exec::runtime()?.block_on(super::s3::object::get(
+            loc,
             max_bytes,
             &opts.s3,
             &opts.retry,
             &cancel,
         )),
-        Location::Http => {
-            let src = HttpSource::open(uri, opts.retry, opts.s3.ca_bundle.as_deref())?;
+        Err(_) => {
+            let src = HttpSource::open(loc, opts.retry, opts.s3.ca_bundle.as_deref())?;
             let rt = crate::exec::runtime()?;
             let got = rt.block_on(super::sink::retrying(&opts.retry, &cancel, || {
                 read_http_once(&src, max_bytes, &cancel)
@@ -79,7 +58,7 @@ pub fn read_object(
             match got {
                 Ok(bytes) => Ok(Some(bytes)),
                 Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(e.with_uri(http::redact(uri))),
+                Err(e) => Err(e.with_uri(loc.display())),
             }
         }
     }
@@ -135,26 +114,26 @@ async fn read_http_once(src: &HttpSource, max_bytes: u64, cancel: &CancelToken) 
     Ok(buf)
 }
 
-/// Writes `data` as the whole object at `uri`. Readers see the old object
+/// Writes `data` as the whole object at `loc`. Readers see the old object
 /// or the new one, never a part: a local file is written beside its name
 /// and renamed, an S3 object is one PutObject. HTTP is read-only.
 pub fn write_object(
-    uri: &str,
+    loc: &Location,
     data: &[u8],
     opts: &SourceOptions,
     cancel: &CancelToken,
 ) -> Result<()> {
     let cancel = budget(opts, cancel);
-    match locate(uri)? {
-        Location::Local(path) => write_local(path, data).map_err(|e| e.with_uri(uri)),
-        Location::S3 => crate::exec::runtime()?.block_on(super::s3::object::put(
-            uri,
+    match local_or(loc) {
+        Ok(path) => write_local(path, data).map_err(|e| e.with_uri(loc.display())),
+        Err(Kind::S3) => crate::exec::runtime()?.block_on(super::s3::object::put(
+            loc,
             data,
             &opts.s3,
             &opts.retry,
             &cancel,
         )),
-        Location::Http => Err(read_only(uri)),
+        Err(_) => Err(read_only(loc)),
     }
 }
 
@@ -176,31 +155,36 @@ fn write_local(path: &str, data: &[u8]) -> Result<()> {
     renamed
 }
 
-/// Deletes the object at `uri`; one that does not exist is no error.
-pub fn delete_object(uri: &str, opts: &SourceOptions, cancel: &CancelToken) -> Result<()> {
+/// Deletes the object at `loc`; one that does not exist is no error.
+pub fn delete_object(loc: &Location, opts: &SourceOptions, cancel: &CancelToken) -> Result<()> {
     let cancel = budget(opts, cancel);
-    match locate(uri)? {
-        Location::Local(path) => match std::fs::remove_file(path) {
+    match local_or(loc) {
+        Ok(path) => match std::fs::remove_file(path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::from_io(e, "cannot delete").with_uri(uri)),
+            Err(e) => Err(Error::from_io(e, "cannot delete").with_uri(loc.display())),
         },
-        Location::S3 => crate::exec::runtime()?.block_on(super::s3::object::delete(
-            uri,
+        Err(Kind::S3) => crate::exec::runtime()?.block_on(super::s3::object::delete(
+            loc,
             &opts.s3,
             &opts.retry,
             &cancel,
         )),
-        Location::Http => Err(read_only(uri)),
+        Err(_) => Err(read_only(loc)),
     }
 }
 
-fn read_only(uri: &str) -> Error {
+fn read_only(loc: &Location) -> Error {
     Error::new(
         ErrorKind::Unsupported,
         "fastshard can write and delete objects on local paths and s3:// only",
     )
-    .with_uri(http::redact(uri))
+    .with_uri(loc.display())
+}
+
+/// The local path, or the kind of remote store.
+fn local_or(loc: &Location) -> std::result::Result<&str, Kind> {
+    loc.path().ok_or(loc.kind())
 }
 
 #[cfg(test)]

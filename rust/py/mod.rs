@@ -4,6 +4,7 @@ mod buffers;
 mod crypt;
 mod errors;
 mod gil;
+mod location;
 mod objects;
 mod options;
 mod progress;
@@ -18,6 +19,7 @@ use crate::format::Dtype;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reader::Reader>()?;
+    m.add_class::<location::PyLocation>()?;
     m.add_class::<slab::Slab>()?;
     m.add_class::<progress::Progress>()?;
     m.add_function(wrap_pyfunction!(writer::write_file, m)?)?;

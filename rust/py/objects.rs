@@ -7,6 +7,7 @@ use pyo3::types::{PyBytes, PyDict};
 
 use super::errors::to_py;
 use super::gil::run_blocking;
+use super::location::location_arg;
 use super::options;
 use crate::exec::CancelToken;
 use crate::io::object;
@@ -15,14 +16,15 @@ use crate::io::object;
 #[pyo3(signature = (uri, *, max_bytes=object::DEFAULT_MAX_BYTES, **opts))]
 pub fn read_object<'py>(
     py: Python<'py>,
-    uri: String,
+    uri: &Bound<'py, PyAny>,
     max_bytes: u64,
     opts: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let loc = location_arg(uri)?;
     let opts = options::parse(opts)?;
     let cancel = CancelToken::new();
     let got = run_blocking(py, &cancel, || {
-        object::read_object(&uri, max_bytes, &opts, &cancel)
+        object::read_object(&loc, max_bytes, &opts, &cancel)
     })?
     .map_err(to_py)?;
     Ok(got.map(|bytes| PyBytes::new(py, &bytes)))
@@ -32,14 +34,15 @@ pub fn read_object<'py>(
 #[pyo3(signature = (uri, data, **opts))]
 pub fn write_object(
     py: Python<'_>,
-    uri: String,
+    uri: &Bound<'_, PyAny>,
     data: &[u8],
     opts: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<()> {
+    let loc = location_arg(uri)?;
     let opts = options::parse(opts)?;
     let cancel = CancelToken::new();
     run_blocking(py, &cancel, || {
-        object::write_object(&uri, data, &opts, &cancel)
+        object::write_object(&loc, data, &opts, &cancel)
     })?
     .map_err(to_py)
 }
@@ -48,10 +51,11 @@ pub fn write_object(
 #[pyo3(signature = (uri, **opts))]
 pub fn delete_object(
     py: Python<'_>,
-    uri: String,
+    uri: &Bound<'_, PyAny>,
     opts: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<()> {
+    let loc = location_arg(uri)?;
     let opts = options::parse(opts)?;
     let cancel = CancelToken::new();
-    run_blocking(py, &cancel, || object::delete_object(&uri, &opts, &cancel))?.map_err(to_py)
+    run_blocking(py, &cancel, || object::delete_object(&loc, &opts, &cancel))?.map_err(to_py)
 }

@@ -7,6 +7,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use super::buffers::{Held, Regions};
 use super::errors::to_py;
 use super::gil::run_blocking;
+use super::location::location_arg;
 use super::options;
 use crate::error::Error;
 use crate::exec::CancelToken;
@@ -27,10 +28,15 @@ pub struct Reader {
 impl Reader {
     #[new]
     #[pyo3(signature = (uri, **opts))]
-    fn new(py: Python<'_>, uri: String, opts: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        uri: &Bound<'_, PyAny>,
+        opts: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<Self> {
+        let loc = location_arg(uri)?;
         let opts = options::parse(opts)?;
         let cancel = CancelToken::new();
-        let file = run_blocking(py, &cancel, || TensorFile::open(&uri, &opts))?.map_err(to_py)?;
+        let file = run_blocking(py, &cancel, || TensorFile::open(&loc, &opts))?.map_err(to_py)?;
         Ok(Reader { file })
     }
 

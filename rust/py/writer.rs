@@ -7,6 +7,7 @@ use pyo3::types::{PyDict, PyString, PyTuple};
 use super::buffers::{Held, Regions};
 use super::errors::to_py;
 use super::gil::run_blocking;
+use super::location::location_arg;
 use super::options;
 use crate::error::Error;
 use crate::exec::CancelToken;
@@ -20,7 +21,7 @@ use crate::save::SaveEncryption;
 #[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
 pub fn write_file<'py>(
     py: Python<'py>,
-    path: String,
+    path: &Bound<'py, PyAny>,
     specs: Vec<Bound<'py, PyTuple>>,
     buffers: Vec<Bound<'py, PyAny>>,
     exact_index: bool,
@@ -28,13 +29,14 @@ pub fn write_file<'py>(
     encryption: Option<Bound<'py, PyAny>>,
     opts: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let loc = location_arg(path)?;
     let source_opts = options::parse(opts)?;
     let key = super::crypt::parse(encryption.as_ref())?;
     let specs = specs
         .iter()
         .map(parse_spec)
         .collect::<PyResult<Vec<WriteSpec>>>()?;
-    let held = Held::take(&buffers, false).map_err(|e| to_py(e.with_uri(&path)))?;
+    let held = Held::take(&buffers, false).map_err(|e| to_py(e.with_uri(loc.display())))?;
     let regions = Regions(held.regions());
     let mode = if exact_index {
         IndexMode::Exact
@@ -65,7 +67,7 @@ pub fn write_file<'py>(
             .map(|k| SaveEncryption::new(&k.secret, k.opslimit, k.memlimit))
             .transpose()?;
         crate::save::write_file_with(
-            &path,
+            &loc,
             &specs,
             &data,
             mode,

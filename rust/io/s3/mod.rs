@@ -23,6 +23,7 @@ use super::retry::RetryPolicy;
 use super::sink::{Fetched, PartSink, RangedObject, Streamer};
 use super::BoxFuture;
 use crate::error::{Error, ErrorKind, Result};
+use crate::location::Location;
 
 pub struct S3Source {
     uri: String,
@@ -34,53 +35,44 @@ pub struct S3Source {
     policy: RetryPolicy,
 }
 
-/// Splits `s3://bucket/key` into its parts.
-pub fn parse_uri(uri: &str) -> Result<(String, String)> {
-    let rest = uri
-        .strip_prefix("s3://")
-        .ok_or_else(|| Error::invalid("not an s3:// URI").with_uri(uri))?;
-    match rest.split_once('/') {
-        Some((bucket, key)) if !bucket.is_empty() && !key.is_empty() => {
-            Ok((bucket.to_string(), key.to_string()))
-        }
-        _ => {
-            Err(Error::invalid("an S3 URI needs a bucket and a key: s3://bucket/key").with_uri(uri))
-        }
-    }
-}
-
 /// Part size of uploads: large enough that 10,000 parts (S3's limit) cover
 /// 640 GiB, small enough that four in flight stay within 256 MiB.
 const UPLOAD_PART: usize = 64 * 1024 * 1024;
 
 /// A writer that uploads an object to `uri` (blocking; call from outside
 /// the runtime). Nothing is visible until `finish` succeeds.
-pub fn upload_writer(uri: &str, opts: &S3Options, policy: RetryPolicy) -> Result<MultipartWriter> {
+pub fn upload_writer(
+    loc: &Location,
+    opts: &S3Options,
+    policy: RetryPolicy,
+) -> Result<MultipartWriter> {
     let rt = crate::exec::runtime()?;
-    let target = rt.block_on(target(uri, opts))?;
+    let target = rt.block_on(target(loc, opts))?;
     Ok(MultipartWriter::new(rt, target, policy, UPLOAD_PART))
 }
 
-/// Bucket, key and a client for `uri`, with credentials, endpoint and
-/// region resolved the one way every S3 request here resolves them.
-pub async fn target(uri: &str, opts: &S3Options) -> Result<UploadTarget> {
-    let (bucket, key) = parse_uri(uri)?;
+/// Bucket, key and a client for the object at `loc`, with credentials,
+/// endpoint and region resolved the one way every S3 request here resolves
+/// them.
+pub async fn target(loc: &Location, opts: &S3Options) -> Result<UploadTarget> {
+    let (bucket, key) = loc.s3_object()?;
+    let uri = loc.display();
     let resolved = config::resolve(opts, &EnvSnapshot::capture()).map_err(|e| e.with_uri(uri))?;
     let (client, creds) = client::build_client(&resolved)
         .await
         .map_err(|e| e.with_uri(uri))?;
     Ok(UploadTarget {
         client,
-        bucket,
-        key,
+        bucket: bucket.to_string(),
+        key: key.to_string(),
         uri: uri.to_string(),
         creds,
     })
 }
 
 impl S3Source {
-    pub async fn open(uri: &str, opts: &S3Options, policy: RetryPolicy) -> Result<S3Source> {
-        let t = target(uri, opts).await?;
+    pub async fn open(loc: &Location, opts: &S3Options, policy: RetryPolicy) -> Result<S3Source> {
+        let t = target(loc, opts).await?;
         Ok(S3Source {
             uri: t.uri,
             bucket: t.bucket,

@@ -10,21 +10,22 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::exec::CancelToken;
 use crate::io::retry::RetryPolicy;
 use crate::io::sink::retrying;
+use crate::location::Location;
 
-/// The object at `uri` if it exists and holds at most `max_bytes`.
+/// The object at `loc` if it exists and holds at most `max_bytes`.
 pub async fn get(
-    uri: &str,
+    loc: &Location,
     max_bytes: u64,
     opts: &S3Options,
     policy: &RetryPolicy,
     cancel: &CancelToken,
 ) -> Result<Option<Vec<u8>>> {
-    let t = super::target(uri, opts).await?;
+    let t = super::target(loc, opts).await?;
     let got = retrying(policy, cancel, || get_once(&t, max_bytes, cancel)).await;
     match got {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.with_uri(uri)),
+        Err(e) => Err(e.with_uri(loc.display())),
     }
 }
 
@@ -68,13 +69,13 @@ async fn get_once(t: &UploadTarget, max_bytes: u64, cancel: &CancelToken) -> Res
 
 /// One PutObject: the object appears whole or not at all.
 pub async fn put(
-    uri: &str,
+    loc: &Location,
     data: &[u8],
     opts: &S3Options,
     policy: &RetryPolicy,
     cancel: &CancelToken,
 ) -> Result<()> {
-    let t = super::target(uri, opts).await?;
+    let t = super::target(loc, opts).await?;
     let body = bytes::Bytes::copy_from_slice(data);
     retrying(policy, cancel, || {
         let req = t
@@ -88,17 +89,17 @@ pub async fn put(
     })
     .await
     .map(|_| ())
-    .map_err(|e| e.with_uri(uri))
+    .map_err(|e| e.with_uri(loc.display()))
 }
 
 /// DeleteObject; an object that is already gone is not an error.
 pub async fn delete(
-    uri: &str,
+    loc: &Location,
     opts: &S3Options,
     policy: &RetryPolicy,
     cancel: &CancelToken,
 ) -> Result<()> {
-    let t = super::target(uri, opts).await?;
+    let t = super::target(loc, opts).await?;
     let done = retrying(policy, cancel, || {
         let req = t.client.delete_object().bucket(&t.bucket).key(&t.key);
         async move { req.send().await.map_err(|e| errors::map(e, t.creds)) }
@@ -107,6 +108,6 @@ pub async fn delete(
     match done {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e.with_uri(uri)),
+        Err(e) => Err(e.with_uri(loc.display())),
     }
 }
