@@ -10,22 +10,15 @@ use crate::error::{Error, Result};
 use crypto_secretbox::aead::{AeadInPlace, KeyInit};
 use crypto_secretbox::XSalsa20Poly1305;
 use rayon::prelude::*;
-use zeroize::Zeroizing;
 
 pub use super::crypt_info::{Cipher, CryptInfo};
-pub use super::crypt_key::{
-    derive_key, Decryptor, KdfParams, Secret, ALG_ARGON2ID13, MEMLIMIT_MODERATE, OPSLIMIT_MODERATE,
+pub use super::crypt_key::{derive_key, Decryptor, Secret, MEMLIMIT_MODERATE, OPSLIMIT_MODERATE};
+pub use super::crypt_params::{
+    KdfParams, Key, Mac, Nonce, ALG_ARGON2ID13, KEY_LEN, MAC_LEN, NONCE_LEN,
 };
 
 /// What tensorizer's writer uses; readers take any valid size from the file.
 pub const CHUNK_SIZE: u64 = 2 << 20;
-pub const KEY_LEN: usize = 32;
-pub const NONCE_LEN: usize = 24;
-pub const MAC_LEN: usize = 16;
-
-pub type Key = Zeroizing<[u8; KEY_LEN]>;
-pub type Nonce = [u8; NONCE_LEN];
-pub type Mac = [u8; MAC_LEN];
 
 fn array<const N: usize>(b: &[u8]) -> [u8; N] {
     let mut out = [0u8; N];

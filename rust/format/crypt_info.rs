@@ -4,7 +4,7 @@
 //! one MAC per chunk). Parsed from untrusted bytes, so every length is
 //! bounded by the buffer before anything is allocated.
 
-use super::crypt::{KdfParams, Mac, Nonce, MAC_LEN, NONCE_LEN};
+use super::crypt_params::{KdfParams, Mac, Nonce, MAC_LEN, NONCE_LEN};
 use super::cursor::Cursor;
 use crate::error::{Error, ErrorKind, Result};
 

@@ -3,44 +3,20 @@
 //! (libsodium's `crypto_pwhash`, format notes §4.3). Secrets live in
 //! zeroizing buffers and never appear in `Debug` output or errors.
 
-use super::crypt::{CryptInfo, Key, KEY_LEN};
+use super::crypt_info::CryptInfo;
+use super::crypt_params::{KdfParams, Key, ALG_ARGON2ID13, KEY_LEN};
 use crate::error::{Error, ErrorKind, Result};
 use argon2::{Algorithm, Argon2, Params, Version};
 use std::sync::Mutex;
 use zeroize::Zeroizing;
 
-/// libsodium's `crypto_pwhash_ALG_ARGON2ID13`.
-pub const ALG_ARGON2ID13: i32 = 2;
 /// `crypto_pwhash_*_MODERATE`: tensorizer's defaults for `from_string`.
 pub const OPSLIMIT_MODERATE: u64 = 3;
 pub const MEMLIMIT_MODERATE: u64 = 256 << 20;
-pub const SALT_LEN: usize = 16;
 /// Refused above these: a file is untrusted input, and Argon2 allocates
 /// `memlimit` bytes up front (libsodium's SENSITIVE preset is 1 GiB, 4 passes).
 const MAX_MEMLIMIT: u64 = 4 << 30;
 const MAX_OPSLIMIT: u64 = 1 << 10;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KdfParams {
-    pub opslimit: u64,
-    pub memlimit: u64,
-    pub alg: i32,
-    pub salt: Vec<u8>,
-}
-
-impl KdfParams {
-    /// Parameters for a new file, with a fresh random salt.
-    pub fn new_random(opslimit: u64, memlimit: u64) -> KdfParams {
-        let mut salt = vec![0u8; SALT_LEN];
-        rand::RngCore::fill_bytes(&mut rand::rng(), &mut salt);
-        KdfParams {
-            opslimit,
-            memlimit,
-            alg: ALG_ARGON2ID13,
-            salt,
-        }
-    }
-}
 
 /// Argon2id v1.3, t = opslimit, m = memlimit / 1024 KiB, one lane, 32 bytes:
 /// what libsodium's `crypto_pwhash` computes for ARGON2ID13.

@@ -2,6 +2,7 @@ use super::*;
 use crate::format::hash;
 use crate::format::record::RecordHeader;
 use proptest::prelude::*;
+use zeroize::Zeroizing;
 
 fn unhex(s: &str) -> Vec<u8> {
     (0..s.len())

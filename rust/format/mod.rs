@@ -9,6 +9,7 @@
 pub mod crypt;
 mod crypt_info;
 mod crypt_key;
+mod crypt_params;
 pub mod cursor;
 pub mod dtype;
 #[doc(hidden)]
