@@ -7,11 +7,14 @@
 //! with the `python` feature) is the sole place that knows about Python.
 
 pub mod buffer;
+pub mod cancel;
 pub mod error;
 pub mod exec;
+pub mod fork;
 pub mod format;
 pub mod io;
 pub mod location;
+pub mod objects;
 pub mod plan;
 pub mod save;
 pub mod session;
@@ -19,5 +22,6 @@ pub mod session;
 #[cfg(feature = "python")]
 mod py;
 
+pub use cancel::CancelToken;
 pub use error::{Error, ErrorKind, Result};
 pub use location::{Kind, Location};

@@ -1,12 +1,12 @@
 //! End to end through the public Rust API: write a file, open it, load
 //! selected tensors into caller memory, and see bad files fail typed.
 
-use fastshard::exec::CancelToken;
 use fastshard::format::names::TensorName;
 use fastshard::format::writer::{IndexMode, WriteSpec};
 use fastshard::format::{Dtype, TensorType};
 use fastshard::plan::TensorSlice;
 use fastshard::session::{LoadOptions, TensorFile};
+use fastshard::CancelToken;
 use fastshard::{ErrorKind, Location};
 use std::sync::Arc;
 
@@ -53,14 +53,17 @@ fn write_fixture_with(mode: IndexMode, enc: Option<&fastshard::save::SaveEncrypt
         })
         .collect();
     let slices: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    let how = fastshard::save::SaveOptions {
+        encryption: enc,
+        ..fastshard::save::SaveOptions::new(mode)
+    };
     fastshard::save::write_file_with(
         &at(&path),
         &specs,
         &slices,
-        mode,
+        &how,
         &Default::default(),
-        false,
-        enc,
+        &CancelToken::new(),
     )
     .unwrap();
     Fixture {
@@ -90,7 +93,8 @@ fn load(
 fn whole_file_loads_bit_exact_with_small_parts() {
     for mode in [IndexMode::Tensorizer, IndexMode::Exact] {
         let fx = write_fixture(mode);
-        let file = TensorFile::open(&at(&fx.path), &Default::default()).unwrap();
+        let file =
+            TensorFile::open(&at(&fx.path), &Default::default(), &CancelToken::new()).unwrap();
         let opts = LoadOptions {
             verify_hash: true,
             concurrency: Some(3),
@@ -105,7 +109,7 @@ fn whole_file_loads_bit_exact_with_small_parts() {
 #[test]
 fn subset_fetches_only_its_records() {
     let fx = write_fixture(IndexMode::Exact);
-    let file = TensorFile::open(&at(&fx.path), &Default::default()).unwrap();
+    let file = TensorFile::open(&at(&fx.path), &Default::default(), &CancelToken::new()).unwrap();
     let mut out = vec![0u8; 2000];
     let regions = [(out.as_mut_ptr(), out.len())];
     // SAFETY: `out` outlives the call and is untouched meanwhile.
@@ -130,12 +134,12 @@ fn subset_fetches_only_its_records() {
 #[test]
 fn corrupt_data_is_caught_by_hashes_only_when_asked() {
     let fx = write_fixture(IndexMode::Tensorizer);
-    let file = TensorFile::open(&at(&fx.path), &Default::default()).unwrap();
+    let file = TensorFile::open(&at(&fx.path), &Default::default(), &CancelToken::new()).unwrap();
     let off = file.index().entries[3].data_offset + 12345;
     let mut bytes = std::fs::read(&fx.path).unwrap();
     bytes[off as usize] ^= 0x40;
     std::fs::write(&fx.path, &bytes).unwrap();
-    let file = TensorFile::open(&at(&fx.path), &Default::default()).unwrap();
+    let file = TensorFile::open(&at(&fx.path), &Default::default(), &CancelToken::new()).unwrap();
     assert!(load(&file, &[3], &LoadOptions::default()).is_ok());
     let err = load(
         &file,
@@ -156,7 +160,7 @@ fn truncated_data_is_a_format_error_with_range() {
     let fx = write_fixture(IndexMode::Tensorizer);
     let bytes = std::fs::read(&fx.path).unwrap();
     std::fs::write(&fx.path, &bytes[..bytes.len() - 1000]).unwrap();
-    let err = TensorFile::open(&at(&fx.path), &Default::default())
+    let err = TensorFile::open(&at(&fx.path), &Default::default(), &CancelToken::new())
         .err()
         .unwrap();
     assert_eq!(err.kind(), ErrorKind::Format);
@@ -166,14 +170,14 @@ fn truncated_data_is_a_format_error_with_range() {
 #[test]
 fn record_that_disagrees_with_index_is_rejected() {
     let fx = write_fixture(IndexMode::Tensorizer);
-    let file = TensorFile::open(&at(&fx.path), &Default::default()).unwrap();
+    let file = TensorFile::open(&at(&fx.path), &Default::default(), &CancelToken::new()).unwrap();
     // Flip the first dim of tensor "a" in its record header only.
     let e = &file.index().entries[0];
     let dims_at = e.header_offset + 8 + 2 + 1 + 2 + 1 + 1 + 3 + 1;
     let mut bytes = std::fs::read(&fx.path).unwrap();
     bytes[dims_at as usize] ^= 1;
     std::fs::write(&fx.path, &bytes).unwrap();
-    let file = TensorFile::open(&at(&fx.path), &Default::default()).unwrap();
+    let file = TensorFile::open(&at(&fx.path), &Default::default(), &CancelToken::new()).unwrap();
     let err = load(&file, &[0], &LoadOptions::default()).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Format);
     assert_eq!(err.tensor(), Some("a"));
@@ -182,7 +186,7 @@ fn record_that_disagrees_with_index_is_rejected() {
 #[test]
 fn wrong_buffer_size_is_rejected_before_reading() {
     let fx = write_fixture(IndexMode::Tensorizer);
-    let file = TensorFile::open(&at(&fx.path), &Default::default()).unwrap();
+    let file = TensorFile::open(&at(&fx.path), &Default::default(), &CancelToken::new()).unwrap();
     let mut out = vec![0u8; 7];
     let regions = [(out.as_mut_ptr(), out.len())];
     // SAFETY: `out` outlives the call and is untouched meanwhile.
@@ -203,7 +207,7 @@ fn wrong_buffer_size_is_rejected_before_reading() {
 #[test]
 fn cancelled_load_returns_cancelled() {
     let fx = write_fixture(IndexMode::Tensorizer);
-    let file = TensorFile::open(&at(&fx.path), &Default::default()).unwrap();
+    let file = TensorFile::open(&at(&fx.path), &Default::default(), &CancelToken::new()).unwrap();
     let mut out = vec![0u8; 3 << 20];
     let regions = [(out.as_mut_ptr(), out.len())];
     let cancel = CancelToken::new();
@@ -216,9 +220,13 @@ fn cancelled_load_returns_cancelled() {
 
 #[test]
 fn missing_file_is_not_found_with_uri() {
-    let err = TensorFile::open(&at("/definitely/not/here.tensors"), &Default::default())
-        .err()
-        .unwrap();
+    let err = TensorFile::open(
+        &at("/definitely/not/here.tensors"),
+        &Default::default(),
+        &CancelToken::new(),
+    )
+    .err()
+    .unwrap();
     assert_eq!(err.kind(), ErrorKind::NotFound);
     assert_eq!(err.uri(), Some("/definitely/not/here.tensors"));
 }
@@ -259,7 +267,7 @@ fn sliced_loads_fetch_only_their_rows_and_respect_the_memory_budget() {
         &Default::default(),
     )
     .unwrap();
-    let file = TensorFile::open(&at(&path), &Default::default()).unwrap();
+    let file = TensorFile::open(&at(&path), &Default::default(), &CancelToken::new()).unwrap();
     // Fused parts along dim 0 (rows 8..16 and 40..48), columns along dim 1,
     // and a replicated tensor read whole, under a 1 MiB budget.
     for (dim, ranges) in [
@@ -319,7 +327,7 @@ fn encrypted_file_round_trips_with_passphrase() {
     let secret = Secret::from_passphrase(b"pw").unwrap();
     let enc = fastshard::save::SaveEncryption::new(&secret, 1, 8192).unwrap();
     let fx = write_fixture_with(IndexMode::Tensorizer, Some(&enc));
-    let file = TensorFile::open(&at(&fx.path), &Default::default()).unwrap();
+    let file = TensorFile::open(&at(&fx.path), &Default::default(), &CancelToken::new()).unwrap();
     assert!(file.index().has_crypt_info());
     let with = |pass: &[u8]| LoadOptions {
         verify_hash: true,

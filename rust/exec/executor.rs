@@ -1,19 +1,21 @@
 //! Runs a read plan: parts go to the source with at most `concurrency` in
-//! flight. The first failure cancels the rest, but the executor still waits
+//! flight (growing while that pays, see `adapt`) and within a staging
+//! budget. The first failure cancels the rest, but the executor still waits
 //! for every started part, because parts write into memory the caller owns.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use tokio::sync::Semaphore;
-use tokio::task::JoinSet;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::{JoinError, JoinSet};
 
 use super::adapt::Growth;
-use super::{runtime, CancelToken, Destinations};
+use crate::buffer::Destinations;
+use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{PartStats, RangeSource};
-use crate::plan::ReadPlan;
+use crate::plan::{Part, ReadPlan};
 
 /// Told, on the runtime's threads, about every part that landed in full:
 /// the `(slot, bytes)` of each of its segments. Must return quickly.
@@ -92,9 +94,9 @@ pub struct ExecStats {
     pub max_in_flight: u64,
 }
 
-/// Fetches every part of `plan` into `dest`; blocks until all are done.
-/// Must be called from outside the runtime (a plain or Python thread).
-pub fn execute(
+/// Fetches every part of `plan` into `dest`; returns once all are done
+/// (also on failure: parts write into memory the caller owns).
+pub async fn execute(
     source: Arc<dyn RangeSource>,
     plan: ReadPlan,
     dest: Arc<Destinations>,
@@ -102,18 +104,34 @@ pub fn execute(
     cancel: &CancelToken,
 ) -> Result<ExecStats> {
     let started = Instant::now();
-    let rt = runtime()?;
-    // A child token lets one failed part stop its siblings without
-    // cancelling the caller's token, which may be shared.
-    let stop = cancel.child();
-    let outer = cancel.clone();
     let uri = source.uri().to_string();
-    let budget_cap = opts
-        .staging_budget
-        .map(|b| (b / BUDGET_UNIT).min(Semaphore::MAX_PERMITS as u64));
+    let budget =
+        budget_cap(source.as_ref(), &plan, opts.staging_budget).map_err(|e| e.with_uri(&uri))?;
+    let mut run = Run::new(source, dest, opts, budget, cancel);
+    let totals = run.all(plan.parts).await.map_err(|e| e.with_uri(uri))?;
+    Ok(ExecStats {
+        bytes_fetched: totals.bytes_fetched,
+        requests: totals.requests,
+        retries: totals.retries,
+        seconds: started.elapsed().as_secs_f64(),
+        peak_staging: run.gauges.peak_staged.load(Ordering::SeqCst),
+        max_in_flight: run.gauges.max_in_flight.load(Ordering::SeqCst),
+    })
+}
+
+/// The budget in `BUDGET_UNIT`s, after checking that every part fits it on
+/// its own (a part that never could would wait forever).
+fn budget_cap(
+    source: &dyn RangeSource,
+    plan: &ReadPlan,
+    budget: Option<u64>,
+) -> Result<Option<u64>> {
+    let Some(cap) = budget.map(|b| (b / BUDGET_UNIT).min(Semaphore::MAX_PERMITS as u64)) else {
+        return Ok(None);
+    };
     for part in &plan.parts {
         let need = source.staging_bytes(part);
-        if let Some(cap) = budget_cap.filter(|&cap| budget_units(need) > cap) {
+        if budget_units(need) > cap {
             return Err(Error::new(
                 ErrorKind::Budget,
                 format!(
@@ -123,310 +141,234 @@ pub fn execute(
                     cap * BUDGET_UNIT
                 ),
             )
-            .with_range(part.start..part.end)
-            .with_uri(uri));
+            .with_range(part.start..part.end));
         }
     }
-    let staged = Arc::new(AtomicU64::new(0));
-    let peak = Arc::new(AtomicU64::new(0));
-    let peak_out = Arc::clone(&peak);
-    let in_flight = Arc::new(AtomicU64::new(0));
-    let max_in_flight = Arc::new(AtomicU64::new(0));
-    let max_in_flight_out = Arc::clone(&max_in_flight);
-    let start = opts.concurrency.max(1);
-    let growth = Arc::new(std::sync::Mutex::new(
-        Growth::new(start, opts.max_concurrency.unwrap_or(start), Instant::now())
-            .with_target(opts.throughput_target),
-    ));
-    let populate = source.populates_ahead() && populate_enabled();
-    let result = rt.block_on(async move {
-        let permits = Arc::new(Semaphore::new(start));
-        let budget = budget_cap.map(|cap| Arc::new(Semaphore::new(cap as usize)));
-        let mut tasks: JoinSet<Result<PartStats>> = JoinSet::new();
-        let mut totals = PartStats::default();
-        let mut first_err: Option<Error> = None;
+    Ok(Some(cap))
+}
 
-        let record = |res: std::result::Result<Result<PartStats>, tokio::task::JoinError>,
-                      totals: &mut PartStats,
-                      first_err: &mut Option<Error>| {
-            let res = res.unwrap_or_else(|e| {
-                Err(Error::new(ErrorKind::Io, format!("read task failed: {e}")))
-            });
-            match res {
-                Ok(s) => {
-                    totals.bytes_fetched += s.bytes_fetched;
-                    totals.requests += s.requests;
-                    totals.retries += s.retries;
-                }
-                Err(e) => {
-                    stop.cancel();
-                    // Keep the root cause, not the cancellations it caused.
-                    let replace = match first_err {
-                        None => true,
-                        Some(prev) => {
-                            prev.kind() == ErrorKind::Cancelled && e.kind() != ErrorKind::Cancelled
-                        }
-                    };
-                    if replace {
-                        *first_err = Some(e);
-                    }
-                }
-            }
-        };
+/// Counters the part tasks update as they start and end.
+#[derive(Default)]
+struct Gauges {
+    staged: AtomicU64,
+    peak_staged: AtomicU64,
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
+}
 
-        for part in plan.parts {
-            if outer.is_cancelled() || stop.is_cancelled() {
+/// One execution: the parts in flight and what they share.
+struct Run {
+    source: Arc<dyn RangeSource>,
+    dest: Arc<Destinations>,
+    opts: ExecOptions,
+    populate: bool,
+    /// The caller's token, and a child of it that one failed part cancels
+    /// to stop its siblings without touching the caller's, which may be
+    /// shared.
+    outer: CancelToken,
+    stop: CancelToken,
+    permits: Arc<Semaphore>,
+    budget: Option<Arc<Semaphore>>,
+    growth: Arc<Mutex<Growth>>,
+    gauges: Arc<Gauges>,
+    tasks: JoinSet<Result<PartStats>>,
+    totals: PartStats,
+    first_err: Option<Error>,
+}
+
+/// What woke a wait for room to start a part.
+enum Wake<T> {
+    Room(T),
+    Finished(std::result::Result<Result<PartStats>, JoinError>),
+}
+
+impl Run {
+    fn new(
+        source: Arc<dyn RangeSource>,
+        dest: Arc<Destinations>,
+        opts: ExecOptions,
+        budget: Option<u64>,
+        cancel: &CancelToken,
+    ) -> Run {
+        let start = opts.concurrency.max(1);
+        let growth = Growth::new(start, opts.max_concurrency.unwrap_or(start), Instant::now())
+            .with_target(opts.throughput_target);
+        Run {
+            populate: source.populates_ahead() && populate_enabled(),
+            source,
+            dest,
+            opts,
+            outer: cancel.clone(),
+            stop: cancel.child(),
+            permits: Arc::new(Semaphore::new(start)),
+            budget: budget.map(|cap| Arc::new(Semaphore::new(cap as usize))),
+            growth: Arc::new(Mutex::new(growth)),
+            gauges: Arc::default(),
+            tasks: JoinSet::new(),
+            totals: PartStats::default(),
+            first_err: None,
+        }
+    }
+
+    /// Starts every part as room allows, then waits for all of them.
+    async fn all(&mut self, parts: Vec<Part>) -> Result<PartStats> {
+        for part in parts {
+            if !self.may_start() {
                 break;
             }
-            if outer.past_deadline() {
-                // Parts already running finish or fail on their own; no new
-                // ones start once the operation is out of time.
-                first_err.get_or_insert(Error::new(
-                    ErrorKind::Network,
-                    "deadline passed before the load finished",
-                ));
-                stop.cancel();
+            let Some(permit) = self.permit().await else {
                 break;
-            }
-            // Reap finished parts while waiting, so errors stop us early.
-            let permit = loop {
-                tokio::select! {
-                    p = Arc::clone(&permits).acquire_owned() => break p,
-                    Some(res) = tasks.join_next(), if !tasks.is_empty() => {
-                        record(res, &mut totals, &mut first_err);
-                    }
-                }
             };
-            let Ok(permit) = permit else { break };
-            let need = source.staging_bytes(&part);
-            let room = match &budget {
-                // Checked above: every part fits the budget on its own.
-                Some(b) if need > 0 => loop {
-                    tokio::select! {
-                        r = Arc::clone(b).acquire_many_owned(budget_units(need) as u32) => break r.ok(),
-                        Some(res) = tasks.join_next(), if !tasks.is_empty() => {
-                            record(res, &mut totals, &mut first_err);
-                        }
-                    }
-                },
-                _ => None,
-            };
-            if stop.is_cancelled() {
+            let need = self.source.staging_bytes(&part);
+            let room = self.room(need).await;
+            if self.stop.is_cancelled() {
                 break;
             }
-            let now = staged.fetch_add(need, Ordering::SeqCst) + need;
-            peak.fetch_max(now, Ordering::SeqCst);
-            let held = Arc::clone(&staged);
-            let wanted: u64 = part.segments.iter().map(|s| s.len).sum();
-            let progress = opts.progress.clone();
-            let landed = opts.on_landed.clone().map(|f| {
-                let segments: Vec<(usize, u64)> =
-                    part.segments.iter().map(|s| (s.slot, s.len)).collect();
-                (f, segments)
-            });
-            // While the request waits for its first byte, its pages are
-            // faulted in on a blocking thread; awaited below, so it never
-            // outlives the load that owns the memory.
-            let warm = populate.then(|| {
-                let (dest, segments) = (Arc::clone(&dest), part.segments.clone());
-                tokio::task::spawn_blocking(move || dest.populate(&segments))
-            });
-            let fut = Arc::clone(&source).read_part(part, Arc::clone(&dest), stop.clone());
-            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-            max_in_flight.fetch_max(now, Ordering::SeqCst);
-            let (in_flight, growth, permits) =
-                (Arc::clone(&in_flight), Arc::clone(&growth), Arc::clone(&permits));
-            tasks.spawn(async move {
-                let out = fut.await;
-                if let Some(warm) = warm {
-                    // Done long before the data arrives; its outcome is advice.
-                    let _ = warm.await;
+            self.spawn(part, need, permit, room);
+        }
+        while let Some(res) = self.tasks.join_next().await {
+            self.record(res);
+        }
+        match self.first_err.take() {
+            Some(e) => Err(e),
+            None if self.outer.is_cancelled() => Err(Error::cancelled()),
+            None => Ok(self.totals),
+        }
+    }
+
+    /// Whether another part may start: not once cancelled, failed or out
+    /// of time (parts already running finish or fail on their own).
+    fn may_start(&mut self) -> bool {
+        if self.outer.is_cancelled() || self.stop.is_cancelled() {
+            return false;
+        }
+        if self.outer.past_deadline() {
+            self.first_err.get_or_insert(Error::new(
+                ErrorKind::Network,
+                "deadline passed before the load finished",
+            ));
+            self.stop.cancel();
+            return false;
+        }
+        true
+    }
+
+    /// Waits until `room` resolves, reaping finished parts meanwhile so a
+    /// failure stops the load early.
+    async fn reaping<T>(&mut self, room: impl std::future::Future<Output = T>) -> T {
+        tokio::pin!(room);
+        loop {
+            let wake = tokio::select! {
+                got = &mut room => Wake::Room(got),
+                Some(res) = self.tasks.join_next(), if !self.tasks.is_empty() => Wake::Finished(res),
+            };
+            match wake {
+                Wake::Room(got) => return got,
+                Wake::Finished(res) => self.record(res),
+            }
+        }
+    }
+
+    async fn permit(&mut self) -> Option<OwnedSemaphorePermit> {
+        let permits = Arc::clone(&self.permits);
+        self.reaping(permits.acquire_owned()).await.ok()
+    }
+
+    /// Room in the staging budget for `need` bytes (none needed without a
+    /// budget or for a part that stages nothing).
+    async fn room(&mut self, need: u64) -> Option<OwnedSemaphorePermit> {
+        let budget = self.budget.clone().filter(|_| need > 0)?;
+        // Checked by `budget_cap`: every part fits the budget on its own.
+        let units = budget_units(need) as u32;
+        self.reaping(budget.acquire_many_owned(units)).await.ok()
+    }
+
+    /// Folds a finished part into the totals; the first failure stops the
+    /// rest.
+    fn record(&mut self, res: std::result::Result<Result<PartStats>, JoinError>) {
+        let res = res
+            .unwrap_or_else(|e| Err(Error::new(ErrorKind::Io, format!("read task failed: {e}"))));
+        match res {
+            Ok(s) => {
+                self.totals.bytes_fetched += s.bytes_fetched;
+                self.totals.requests += s.requests;
+                self.totals.retries += s.retries;
+            }
+            Err(e) => {
+                self.stop.cancel();
+                // Keep the root cause, not the cancellations it caused.
+                let replace = match &self.first_err {
+                    None => true,
+                    Some(prev) => {
+                        prev.kind() == ErrorKind::Cancelled && e.kind() != ErrorKind::Cancelled
+                    }
+                };
+                if replace {
+                    self.first_err = Some(e);
                 }
-                in_flight.fetch_sub(1, Ordering::SeqCst);
-                if out.is_ok() {
-                    let more = growth
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .completed(wanted, Instant::now());
-                    permits.add_permits(more);
-                }
-                if let (Some(p), Ok(_)) = (&progress, &out) {
+            }
+        }
+    }
+
+    /// Starts fetching `part`; its task holds `permit` and `room` until the
+    /// part is done, then reports it (progress, landed segments, growth).
+    fn spawn(
+        &mut self,
+        part: Part,
+        need: u64,
+        permit: OwnedSemaphorePermit,
+        room: Option<OwnedSemaphorePermit>,
+    ) {
+        let gauges = Arc::clone(&self.gauges);
+        let staged = gauges.staged.fetch_add(need, Ordering::SeqCst) + need;
+        gauges.peak_staged.fetch_max(staged, Ordering::SeqCst);
+        let wanted: u64 = part.segments.iter().map(|s| s.len).sum();
+        let progress = self.opts.progress.clone();
+        let landed = self.opts.on_landed.clone().map(|f| {
+            let segments: Vec<(usize, u64)> =
+                part.segments.iter().map(|s| (s.slot, s.len)).collect();
+            (f, segments)
+        });
+        // While the request waits for its first byte, its pages are
+        // faulted in on a blocking thread; awaited below, so it never
+        // outlives the load that owns the memory.
+        let warm = self.populate.then(|| {
+            let (dest, segments) = (Arc::clone(&self.dest), part.segments.clone());
+            tokio::task::spawn_blocking(move || dest.populate(&segments))
+        });
+        let fut =
+            Arc::clone(&self.source).read_part(part, Arc::clone(&self.dest), self.stop.clone());
+        let in_flight = gauges.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        gauges.max_in_flight.fetch_max(in_flight, Ordering::SeqCst);
+        let (growth, permits) = (Arc::clone(&self.growth), Arc::clone(&self.permits));
+        self.tasks.spawn(async move {
+            let out = fut.await;
+            if let Some(warm) = warm {
+                // Done long before the data arrives; its outcome is advice.
+                let _ = warm.await;
+            }
+            gauges.in_flight.fetch_sub(1, Ordering::SeqCst);
+            if out.is_ok() {
+                let more = growth
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .completed(wanted, Instant::now());
+                permits.add_permits(more);
+                if let Some(p) = &progress {
                     p.fetch_add(wanted, Ordering::Relaxed);
                 }
-                if let (Some((f, segments)), Ok(_)) = (&landed, &out) {
+                if let Some((f, segments)) = &landed {
                     f(segments);
                 }
-                held.fetch_sub(need, Ordering::SeqCst);
-                drop(room);
-                drop(permit);
-                out
-            });
-        }
-        while let Some(res) = tasks.join_next().await {
-            record(res, &mut totals, &mut first_err);
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None if outer.is_cancelled() => Err(Error::cancelled()),
-            None => Ok(totals),
-        }
-    });
-    let totals = result.map_err(|e| e.with_uri(uri))?;
-    Ok(ExecStats {
-        bytes_fetched: totals.bytes_fetched,
-        requests: totals.requests,
-        retries: totals.retries,
-        seconds: started.elapsed().as_secs_f64(),
-        peak_staging: peak_out.load(Ordering::SeqCst),
-        max_in_flight: max_in_flight_out.load(Ordering::SeqCst),
-    })
+            }
+            gauges.staged.fetch_sub(need, Ordering::SeqCst);
+            drop(room);
+            drop(permit);
+            out
+        });
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::io::mock::MockSource;
-    use crate::plan::{plan_reads, PlanOptions, Want};
-    use std::sync::atomic::Ordering;
-    use std::time::Duration;
-
-    fn setup(fail_at: Vec<u64>) -> (Arc<MockSource>, ReadPlan, Vec<u8>) {
-        let bytes: Vec<u8> = (0..64 * 1024).map(|i| (i * 7 % 251) as u8).collect();
-        let src = Arc::new(MockSource {
-            bytes: bytes.clone(),
-            fail_at,
-            delay: Duration::from_millis(2),
-            ..Default::default()
-        });
-        let plan = plan_reads(
-            vec![Want::whole(0, bytes.len() as u64, 0)],
-            PlanOptions {
-                gap_threshold: 0,
-                part_size: 1024,
-                max_amplification: None,
-            },
-        )
-        .unwrap();
-        (src, plan, bytes)
-    }
-
-    #[test]
-    fn all_parts_land_with_bounded_concurrency() {
-        let (src, plan, bytes) = setup(vec![]);
-        let mut out = vec![0u8; bytes.len()];
-        // SAFETY: `out` outlives `execute` and is untouched meanwhile.
-        let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
-        let stats = execute(
-            src.clone(),
-            plan,
-            dest,
-            ExecOptions::new(5),
-            &CancelToken::new(),
-        )
-        .unwrap();
-        assert_eq!(out, bytes);
-        assert_eq!(stats.requests, 64);
-        assert_eq!(stats.bytes_fetched, bytes.len() as u64);
-        let max = src.max_in_flight.load(Ordering::SeqCst);
-        assert!((2..=5).contains(&max), "max in flight {max}");
-    }
-
-    #[test]
-    fn staging_budget_bounds_parts_in_flight() {
-        let (_, plan, bytes) = setup(vec![]);
-        let src = Arc::new(MockSource {
-            bytes: bytes.clone(),
-            delay: Duration::from_millis(2),
-            staging: 10_000,
-            ..Default::default()
-        });
-        let mut out = vec![0u8; bytes.len()];
-        // SAFETY: `out` outlives `execute` and is untouched meanwhile.
-        let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
-        let progress = Arc::new(AtomicU64::new(0));
-        let opts = ExecOptions {
-            concurrency: 8,
-            staging_budget: Some(25_000),
-            progress: Some(Arc::clone(&progress)),
-            on_landed: None,
-            max_concurrency: None,
-            throughput_target: None,
-        };
-        let stats = execute(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap();
-        assert_eq!(out, bytes);
-        // 10,000 bytes round up to 3 pages; 25,000 bytes hold 6: two parts.
-        let max = src.max_in_flight.load(Ordering::SeqCst);
-        assert!((1..=2).contains(&max), "max in flight {max}");
-        assert!(stats.peak_staging <= 20_000, "{}", stats.peak_staging);
-        assert!(stats.peak_staging >= 10_000);
-        // Every wanted byte counted once, gap bytes not at all.
-        assert_eq!(progress.load(Ordering::SeqCst), out.len() as u64);
-    }
-
-    #[test]
-    fn a_part_larger_than_the_budget_is_refused_before_any_read() {
-        let (_, plan, bytes) = setup(vec![]);
-        let src = Arc::new(MockSource {
-            bytes,
-            staging: 1 << 20,
-            ..Default::default()
-        });
-        let mut out = vec![0u8; 64 * 1024];
-        // SAFETY: `out` outlives `execute` and is untouched meanwhile.
-        let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
-        let opts = ExecOptions {
-            concurrency: 8,
-            staging_budget: Some(64 * 1024),
-            progress: None,
-            on_landed: None,
-            max_concurrency: None,
-            throughput_target: None,
-        };
-        let err = execute(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Budget);
-        assert!(err.to_string().contains("max_host_bytes"), "{err}");
-        assert_eq!(src.finished.load(Ordering::SeqCst), 0);
-    }
-
-    #[test]
-    fn first_failure_stops_the_rest_and_waits_for_started_parts() {
-        let (src, plan, _) = setup(vec![3 * 1024]);
-        let mut out = vec![0u8; 64 * 1024];
-        // SAFETY: `out` outlives `execute` and is untouched meanwhile.
-        let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
-        let err = execute(
-            src.clone(),
-            plan,
-            dest,
-            ExecOptions::new(4),
-            &CancelToken::new(),
-        )
-        .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Network);
-        assert_eq!(err.range(), Some(3072..4096));
-        assert_eq!(err.uri(), Some("mock://object"));
-        // Nothing is still running once execute returned...
-        assert_eq!(src.in_flight.load(Ordering::SeqCst), 0);
-        // ...and the failure stopped the plan well before its end.
-        assert!(src.finished.load(Ordering::SeqCst) < 20);
-    }
-
-    #[test]
-    fn caller_cancellation_is_reported_as_cancelled() {
-        let (src, plan, _) = setup(vec![]);
-        let mut out = vec![0u8; 64 * 1024];
-        // SAFETY: `out` outlives `execute` and is untouched meanwhile.
-        let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
-        let cancel = CancelToken::new();
-        let c2 = cancel.clone();
-        let t = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(10));
-            c2.cancel();
-        });
-        let err = execute(src.clone(), plan, dest, ExecOptions::new(1), &cancel).unwrap_err();
-        t.join().unwrap();
-        assert_eq!(err.kind(), ErrorKind::Cancelled);
-        assert_eq!(src.in_flight.load(Ordering::SeqCst), 0);
-        assert!(src.finished.load(Ordering::SeqCst) < 64);
-    }
-}
+#[path = "executor_tests.rs"]
+mod tests;

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-use super::{CancelToken, OnLanded};
+use super::OnLanded;
+use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 
 /// Tells a worker that no more items will come.

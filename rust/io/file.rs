@@ -9,8 +9,9 @@ use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
 use super::{BoxFuture, Discovery, PartStats, RangeSource};
+use crate::buffer::Destinations;
+use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::{CancelToken, Destinations};
 use crate::location::Location;
 use crate::plan::{Part, PlanOptions};
 

@@ -3,15 +3,17 @@
 //! presigned URL's signature is a credential.
 
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use reqwest::header::{CONTENT_RANGE, ETAG, IF_MATCH, LAST_MODIFIED, RANGE};
 use reqwest::StatusCode;
 
+use super::capped::CappedBody;
 use super::content_range;
+use super::http_client::ClientSpec;
 use super::retry::RetryPolicy;
 use super::sink::{Fetched, PartSink, RangedObject, Streamer};
 use super::BoxFuture;
+use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::location::Location;
 
@@ -21,7 +23,7 @@ type Pin = (reqwest::header::HeaderName, String);
 pub struct HttpSource {
     url: String,
     shown: String,
-    client: reqwest::Client,
+    client: ClientSpec,
     /// `If-Match` (ETag) or `If-Unmodified-Since` pin learned at discovery.
     pin: OnceLock<Option<Pin>>,
     policy: RetryPolicy,
@@ -34,27 +36,7 @@ impl HttpSource {
         ca_bundle: Option<&std::path::Path>,
     ) -> Result<Self> {
         let (url, shown) = (loc.uri(), loc.display().to_string());
-        let mut builder = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .read_timeout(Duration::from_secs(30))
-            // Keep every connection an adaptive load may open for its next
-            // round: reconnecting costs a handshake where it hurts most.
-            .pool_max_idle_per_host(super::sink::NETWORK_MAX_CONCURRENCY)
-            .dns_resolver(std::sync::Arc::new(super::dns::CachedDns::new()))
-            // Ranges must arrive as stored bytes, never re-encoded.
-            .no_gzip()
-            .user_agent(concat!("fastshard/", env!("CARGO_PKG_VERSION")));
-        if let Some(ca) = ca_bundle {
-            let pem = super::tls::read_ca_bundle(ca).map_err(|e| e.with_uri(&shown))?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem)
-                .map_err(|e| Error::invalid(format!("bad CA bundle: {e}")))?;
-            for cert in certs {
-                builder = builder.add_root_certificate(cert);
-            }
-        }
-        let client = builder.build().map_err(|e| {
-            Error::invalid(format!("cannot build HTTP client: {e}")).with_uri(&shown)
-        })?;
+        let client = ClientSpec::trusting(ca_bundle).map_err(|e| e.with_uri(&shown))?;
         Ok(HttpSource {
             url: url.to_string(),
             shown,
@@ -64,25 +46,44 @@ impl HttpSource {
         })
     }
 
-    /// A GET of the whole object, unpinned (small objects, `io::object`).
-    pub(crate) fn whole(&self) -> reqwest::RequestBuilder {
-        self.client.get(&self.url)
+    /// One unpinned GET of the whole object, at most `max_bytes` (small
+    /// objects, `io::object`).
+    pub async fn get_whole(&self, max_bytes: u64, cancel: &CancelToken) -> Result<Vec<u8>> {
+        let mut resp = self
+            .client()?
+            .get(&self.url)
+            .send()
+            .await
+            .map_err(|e| transport_error(&e))?;
+        if resp.status() != StatusCode::OK {
+            return Err(status_error(resp.status()));
+        }
+        let mut body = CappedBody::new(resp.content_length(), max_bytes)?;
+        while let Some(chunk) = resp.chunk().await.map_err(|e| transport_error(&e))? {
+            cancel.check()?;
+            body.push(&chunk)?;
+        }
+        body.finish()
     }
 
-    fn request(&self, start: u64, end: u64) -> reqwest::RequestBuilder {
+    fn client(&self) -> Result<std::sync::Arc<reqwest::Client>> {
+        self.client.client().map_err(|e| e.with_uri(&self.shown))
+    }
+
+    fn request(&self, start: u64, end: u64) -> Result<reqwest::RequestBuilder> {
         let mut req = self
-            .client
+            .client()?
             .get(&self.url)
             .header(RANGE, format!("bytes={}-{}", start, end - 1));
         if let Some(Some((name, value))) = self.pin.get() {
             req = req.header(name.clone(), value.as_str());
         }
-        req
+        Ok(req)
     }
 
     async fn send(&self, start: u64, end: u64) -> Result<reqwest::Response> {
         let resp = self
-            .request(start, end)
+            .request(start, end)?
             .send()
             .await
             .map_err(|e| transport_error(&e).with_range(start..end))?;

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{BoxFuture, Discovery, PartStats, RangeSource};
+use crate::buffer::Destinations;
+use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::{CancelToken, Destinations};
 use crate::plan::{Part, PlanOptions};
 
 #[derive(Default)]

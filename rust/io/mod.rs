@@ -2,10 +2,13 @@
 //! the size of the object (discovery), and "fetch this planned part into its
 //! destinations". Everything else (format, planning, hashing) is shared.
 
+mod capped;
 mod content_range;
 mod dns;
 mod file;
 pub mod http;
+mod http_client;
+pub mod local;
 #[cfg(test)]
 pub(crate) mod mock;
 pub mod object;
@@ -23,8 +26,9 @@ pub use http::HttpSource;
 pub use retry::RetryPolicy;
 pub use s3::{S3Options, S3Source};
 
+use crate::buffer::Destinations;
+use crate::cancel::CancelToken;
 use crate::error::Result;
-use crate::exec::{CancelToken, Destinations};
 use crate::location::{Kind, Location};
 use crate::plan::{Part, PlanOptions};
 

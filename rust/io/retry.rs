@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use rand::Rng;
 
+use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::CancelToken;
 
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
@@ -147,7 +147,11 @@ mod tests {
     fn waiting_stops_when_cancelled() {
         let cancel = CancelToken::new();
         cancel.cancel();
-        let rt = crate::exec::runtime().unwrap();
+        // io has no runtime of its own: the facades bring one.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
         let p = RetryPolicy::default();
         let started = Instant::now();
         let r = rt.block_on(p.wait(Duration::from_secs(10), &cancel));

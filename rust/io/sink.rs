@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use super::retry::RetryPolicy;
 use super::{BoxFuture, Discovery, PartStats, RangeSource};
+use crate::buffer::Destinations;
+use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::{CancelToken, Destinations};
 use crate::plan::{Part, PlanOptions};
 
 /// Places the bytes of `[part.start, part.end)`, arriving in order, into the
@@ -340,7 +341,11 @@ mod tests {
 
     #[test]
     fn a_stalled_attempt_ends_at_the_deadline_or_on_cancel() {
-        let rt = crate::exec::runtime().unwrap();
+        // io has no runtime of its own: the facades bring one.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
         let stalled = std::future::pending::<Result<()>>;
         let timed = CancelToken::new().child_with_budget(Some(Duration::from_millis(200)));
         let started = Instant::now();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 
-use crate::exec::CancelToken;
+use crate::cancel::CancelToken;
 
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
 

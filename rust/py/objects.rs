@@ -9,11 +9,11 @@ use super::errors::to_py;
 use super::gil::run_blocking;
 use super::location::location_arg;
 use super::options;
-use crate::exec::CancelToken;
-use crate::io::object;
+use crate::cancel::CancelToken;
+use crate::objects;
 
 #[pyfunction]
-#[pyo3(signature = (uri, *, max_bytes=object::DEFAULT_MAX_BYTES, **opts))]
+#[pyo3(signature = (uri, *, max_bytes=objects::DEFAULT_MAX_BYTES, **opts))]
 pub fn read_object<'py>(
     py: Python<'py>,
     uri: &Bound<'py, PyAny>,
@@ -24,7 +24,7 @@ pub fn read_object<'py>(
     let opts = options::parse(opts)?;
     let cancel = CancelToken::new();
     let got = run_blocking(py, &cancel, || {
-        object::read_object(&loc, max_bytes, &opts, &cancel)
+        objects::read_object(&loc, max_bytes, &opts, &cancel)
     })?
     .map_err(to_py)?;
     Ok(got.map(|bytes| PyBytes::new(py, &bytes)))
@@ -42,7 +42,7 @@ pub fn write_object(
     let opts = options::parse(opts)?;
     let cancel = CancelToken::new();
     run_blocking(py, &cancel, || {
-        object::write_object(&loc, data, &opts, &cancel)
+        objects::write_object(&loc, data, &opts, &cancel)
     })?
     .map_err(to_py)
 }
@@ -57,5 +57,5 @@ pub fn delete_object(
     let loc = location_arg(uri)?;
     let opts = options::parse(opts)?;
     let cancel = CancelToken::new();
-    run_blocking(py, &cancel, || object::delete_object(&loc, &opts, &cancel))?.map_err(to_py)
+    run_blocking(py, &cancel, || objects::delete_object(&loc, &opts, &cancel))?.map_err(to_py)
 }

@@ -9,8 +9,8 @@ use super::errors::to_py;
 use super::gil::run_blocking;
 use super::location::location_arg;
 use super::options;
+use crate::cancel::CancelToken;
 use crate::error::Error;
-use crate::exec::CancelToken;
 use crate::format::crypt::Decryptor;
 use crate::format::names::{PathPart, TensorName};
 use crate::plan::TensorSlice;
@@ -36,7 +36,8 @@ impl Reader {
         let loc = location_arg(uri)?;
         let opts = options::parse(opts)?;
         let cancel = CancelToken::new();
-        let file = run_blocking(py, &cancel, || TensorFile::open(&loc, &opts))?.map_err(to_py)?;
+        let file =
+            run_blocking(py, &cancel, || TensorFile::open(&loc, &opts, &cancel))?.map_err(to_py)?;
         Ok(Reader { file })
     }
 

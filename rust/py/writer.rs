@@ -9,12 +9,12 @@ use super::errors::to_py;
 use super::gil::run_blocking;
 use super::location::location_arg;
 use super::options;
+use crate::cancel::CancelToken;
 use crate::error::Error;
-use crate::exec::CancelToken;
 use crate::format::names::{PathPart, TensorName};
 use crate::format::writer::{IndexMode, WriteSpec};
 use crate::format::{Dtype, TensorType};
-use crate::save::SaveEncryption;
+use crate::save::{SaveEncryption, SaveOptions};
 
 #[pyfunction]
 #[pyo3(signature = (path, specs, buffers, *, exact_index=false, sha256=false, encryption=None, **opts))]
@@ -66,15 +66,12 @@ pub fn write_file<'py>(
             .as_ref()
             .map(|k| SaveEncryption::new(&k.secret, k.opslimit, k.memlimit))
             .transpose()?;
-        crate::save::write_file_with(
-            &loc,
-            &specs,
-            &data,
+        let how = SaveOptions {
             mode,
-            &source_opts,
             sha256,
-            enc.as_ref(),
-        )
+            encryption: enc.as_ref(),
+        };
+        crate::save::write_file_with(&loc, &specs, &data, &how, &source_opts, &cancel)
     });
     held.release(py);
     // The size alone, or (size, hex digest) when the caller asked for one.

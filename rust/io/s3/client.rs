@@ -91,8 +91,16 @@ fn imds_disabled() -> bool {
     std::env::var("AWS_EC2_METADATA_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
+/// A client and the credential source it ended up using (named in auth
+/// errors; the secret never is).
+#[derive(Clone, Debug)]
+pub struct S3Client {
+    pub client: Client,
+    pub creds: CredentialSource,
+}
+
 /// The client and which credential source it ended up using.
-pub async fn build_client(res: &Resolved) -> Result<(Client, CredentialSource)> {
+pub async fn build_client(res: &Resolved) -> Result<S3Client> {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .retry_config(RetryConfig::disabled())
         .timeout_config(
@@ -155,5 +163,8 @@ pub async fn build_client(res: &Resolved) -> Result<(Client, CredentialSource)> 
         // GETs cannot be validated against whole-object checksums anyway.
         .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
         .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
-    Ok((Client::from_conf(conf.build()), source))
+    Ok(S3Client {
+        client: Client::from_conf(conf.build()),
+        creds: source,
+    })
 }

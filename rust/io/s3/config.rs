@@ -59,7 +59,7 @@ impl Addressing {
 
 /// Which rung of the ladder supplied the credentials (reported in errors
 /// and logs, never the secret itself).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CredentialSource {
     Explicit,
     VllmEnv,

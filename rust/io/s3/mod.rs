@@ -3,18 +3,20 @@
 //! to that ETag with If-Match, so an object replaced mid-load fails loudly
 //! instead of mixing two versions.
 
+mod cache;
 mod client;
 pub mod config;
 mod errors;
 pub mod object;
 mod upload;
 
-pub use upload::{MultipartWriter, UploadTarget};
+pub use cache::Store;
+pub use client::S3Client;
+pub use upload::{Upload, MIN_PART};
 
 use std::sync::OnceLock;
 
 use aws_sdk_s3::operation::get_object::GetObjectOutput;
-use aws_sdk_s3::Client;
 
 pub use config::{Addressing, CredentialSource, EnvSnapshot, S3Options};
 
@@ -26,82 +28,70 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::location::Location;
 
 pub struct S3Source {
-    uri: String,
-    bucket: String,
-    key: String,
-    client: Client,
-    credentials: CredentialSource,
+    target: Target,
     etag: OnceLock<Option<String>>,
     policy: RetryPolicy,
 }
 
-/// Part size of uploads: large enough that 10,000 parts (S3's limit) cover
-/// 640 GiB, small enough that four in flight stay within 256 MiB.
-const UPLOAD_PART: usize = 64 * 1024 * 1024;
-
-/// A writer that uploads an object to `uri` (blocking; call from outside
-/// the runtime). Nothing is visible until `finish` succeeds.
-pub fn upload_writer(
-    loc: &Location,
-    opts: &S3Options,
-    policy: RetryPolicy,
-) -> Result<MultipartWriter> {
-    let rt = crate::exec::runtime()?;
-    let target = rt.block_on(target(loc, opts))?;
-    Ok(MultipartWriter::new(rt, target, policy, UPLOAD_PART))
+/// One object and the store it is in.
+pub struct Target {
+    pub store: Store,
+    pub bucket: String,
+    pub key: String,
+    /// As shown in messages.
+    pub uri: String,
 }
 
-/// Bucket, key and a client for the object at `loc`, with credentials,
-/// endpoint and region resolved the one way every S3 request here resolves
-/// them.
-pub async fn target(loc: &Location, opts: &S3Options) -> Result<UploadTarget> {
+impl Target {
+    /// The store's shared client (built in this process when it has none:
+    /// after a fork, a target made in the parent gets the child's client).
+    pub async fn client(&self) -> Result<S3Client> {
+        self.store.client().await.map_err(|e| e.with_uri(&self.uri))
+    }
+}
+
+/// The object at `loc` and its store, with credentials, endpoint and
+/// region resolved the one way every S3 request here resolves them. The
+/// store's client is made (or found) now, so a bad configuration fails here.
+pub async fn target(loc: &Location, opts: &S3Options) -> Result<Target> {
     let (bucket, key) = loc.s3_object()?;
     let uri = loc.display();
-    let resolved = config::resolve(opts, &EnvSnapshot::capture()).map_err(|e| e.with_uri(uri))?;
-    let (client, creds) = client::build_client(&resolved)
-        .await
-        .map_err(|e| e.with_uri(uri))?;
-    Ok(UploadTarget {
-        client,
+    let env = EnvSnapshot::capture();
+    let resolved = config::resolve(opts, &env).map_err(|e| e.with_uri(uri))?;
+    let target = Target {
+        store: Store::new(resolved, &env),
         bucket: bucket.to_string(),
         key: key.to_string(),
         uri: uri.to_string(),
-        creds,
-    })
+    };
+    target.client().await?;
+    Ok(target)
 }
 
 impl S3Source {
     pub async fn open(loc: &Location, opts: &S3Options, policy: RetryPolicy) -> Result<S3Source> {
-        let t = target(loc, opts).await?;
         Ok(S3Source {
-            uri: t.uri,
-            bucket: t.bucket,
-            key: t.key,
-            client: t.client,
-            credentials: t.creds,
+            target: target(loc, opts).await?,
             etag: OnceLock::new(),
             policy,
         })
     }
 
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
     /// A ranged GET of `[start, end)`, pinned to the discovered ETag.
     async fn get(&self, start: u64, end: u64) -> Result<GetObjectOutput> {
-        let mut req = self
+        let c = self.target.client().await?;
+        let mut req = c
             .client
             .get_object()
-            .bucket(&self.bucket)
-            .key(&self.key)
+            .bucket(&self.target.bucket)
+            .key(&self.target.key)
             .range(format!("bytes={}-{}", start, end - 1));
         if let Some(Some(etag)) = self.etag.get() {
             req = req.if_match(etag);
         }
         req.send()
             .await
-            .map_err(|e| errors::map(e, self.credentials).with_range(start..end))
+            .map_err(|e| errors::map(e, c.creds).with_range(start..end))
     }
 
     /// One ranged GET, streamed into `sink`.
@@ -155,7 +145,7 @@ impl RangedObject for S3Source {
     type Version = Option<String>;
 
     fn shown_uri(&self) -> &str {
-        &self.uri
+        &self.target.uri
     }
 
     fn policy(&self) -> &RetryPolicy {

@@ -4,10 +4,11 @@
 use aws_sdk_s3::primitives::ByteStream;
 
 use super::errors;
-use super::upload::UploadTarget;
 use super::S3Options;
+use super::{S3Client, Target};
+use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::CancelToken;
+use crate::io::capped::CappedBody;
 use crate::io::retry::RetryPolicy;
 use crate::io::sink::retrying;
 use crate::location::Location;
@@ -21,7 +22,8 @@ pub async fn get(
     cancel: &CancelToken,
 ) -> Result<Option<Vec<u8>>> {
     let t = super::target(loc, opts).await?;
-    let got = retrying(policy, cancel, || get_once(&t, max_bytes, cancel)).await;
+    let c = t.client().await?;
+    let got = retrying(policy, cancel, || get_once(&c, &t, max_bytes, cancel)).await;
     match got {
         Ok(bytes) => Ok(Some(bytes)),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
@@ -29,42 +31,32 @@ pub async fn get(
     }
 }
 
-async fn get_once(t: &UploadTarget, max_bytes: u64, cancel: &CancelToken) -> Result<Vec<u8>> {
-    let out = t
+async fn get_once(
+    c: &S3Client,
+    t: &Target,
+    max_bytes: u64,
+    cancel: &CancelToken,
+) -> Result<Vec<u8>> {
+    let out = c
         .client
         .get_object()
         .bucket(&t.bucket)
         .key(&t.key)
         .send()
         .await
-        .map_err(|e| errors::map(e, t.creds))?;
+        .map_err(|e| errors::map(e, c.creds))?;
     let declared = out.content_length().and_then(|l| u64::try_from(l).ok());
-    if let Some(size) = declared.filter(|&s| s > max_bytes) {
-        return Err(super::super::object::too_large(size, max_bytes));
-    }
-    let mut body = out.body;
-    let mut buf = Vec::with_capacity(declared.unwrap_or(0) as usize);
-    while let Some(chunk) = body.next().await {
+    // A store that sent no length (or a wrong one) still cannot make us
+    // hold more than the limit.
+    let mut body = CappedBody::new(declared, max_bytes)?;
+    let mut stream = out.body;
+    while let Some(chunk) = stream.next().await {
         cancel.check()?;
         let chunk = chunk
             .map_err(|e| Error::new(ErrorKind::Network, format!("response body broke off: {e}")))?;
-        // A store that sent no length (or a wrong one) still cannot make us
-        // hold more than the limit.
-        if (buf.len() + chunk.len()) as u64 > max_bytes {
-            return Err(super::super::object::too_large(
-                (buf.len() + chunk.len()) as u64,
-                max_bytes,
-            ));
-        }
-        buf.extend_from_slice(&chunk);
+        body.push(&chunk)?;
     }
-    if let Some(size) = declared.filter(|&s| s != buf.len() as u64) {
-        return Err(Error::new(
-            ErrorKind::Network,
-            format!("response ended after {} of {size} bytes", buf.len()),
-        ));
-    }
-    Ok(buf)
+    body.finish()
 }
 
 /// One PutObject: the object appears whole or not at all.
@@ -76,16 +68,17 @@ pub async fn put(
     cancel: &CancelToken,
 ) -> Result<()> {
     let t = super::target(loc, opts).await?;
+    let c = t.client().await?;
     let body = bytes::Bytes::copy_from_slice(data);
     retrying(policy, cancel, || {
-        let req = t
+        let req = c
             .client
             .put_object()
             .bucket(&t.bucket)
             .key(&t.key)
             .content_length(body.len() as i64)
             .body(ByteStream::from(body.clone()));
-        async move { req.send().await.map_err(|e| errors::map(e, t.creds)) }
+        async move { req.send().await.map_err(|e| errors::map(e, c.creds)) }
     })
     .await
     .map(|_| ())
@@ -100,9 +93,10 @@ pub async fn delete(
     cancel: &CancelToken,
 ) -> Result<()> {
     let t = super::target(loc, opts).await?;
+    let c = t.client().await?;
     let done = retrying(policy, cancel, || {
-        let req = t.client.delete_object().bucket(&t.bucket).key(&t.key);
-        async move { req.send().await.map_err(|e| errors::map(e, t.creds)) }
+        let req = c.client.delete_object().bucket(&t.bucket).key(&t.key);
+        async move { req.send().await.map_err(|e| errors::map(e, c.creds)) }
     })
     .await;
     match done {

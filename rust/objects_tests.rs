@@ -1,7 +1,8 @@
-//! Local cases of `io::object`; S3 and HTTP run in pytest against
+//! Local cases of small objects; S3 and HTTP run in pytest against
 //! SeaweedFS and nginx.
 
 use super::*;
+use crate::error::ErrorKind;
 
 fn opts() -> SourceOptions {
     SourceOptions::default()

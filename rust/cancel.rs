@@ -1,3 +1,7 @@
+//! Cancellation and deadlines, shared by every layer: a token is made at
+//! the edge (the Python binding turns Ctrl-C into it) and read by opens,
+//! loads, saves and uploads alike.
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -105,7 +105,7 @@ impl Destinations {
     /// pages, it does not access their contents. Returns false where the
     /// kernel refused (and the rest was skipped).
     pub fn populate(&self, segments: &[Segment]) -> bool {
-        let page = crate::buffer::PAGE;
+        let page = super::PAGE;
         for seg in segments {
             let Ok((ptr, len)) = self.locate(seg) else {
                 continue;

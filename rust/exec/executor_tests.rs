@@ -1,0 +1,155 @@
+use super::*;
+use crate::io::mock::MockSource;
+use crate::plan::{plan_reads, PlanOptions, Want};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+fn run(
+    source: Arc<MockSource>,
+    plan: ReadPlan,
+    dest: Arc<Destinations>,
+    opts: ExecOptions,
+    cancel: &CancelToken,
+) -> Result<ExecStats> {
+    crate::exec::runtime()?.block_on(execute(source, plan, dest, opts, cancel))
+}
+
+fn setup(fail_at: Vec<u64>) -> (Arc<MockSource>, ReadPlan, Vec<u8>) {
+    let bytes: Vec<u8> = (0..64 * 1024).map(|i| (i * 7 % 251) as u8).collect();
+    let src = Arc::new(MockSource {
+        bytes: bytes.clone(),
+        fail_at,
+        delay: Duration::from_millis(2),
+        ..Default::default()
+    });
+    let plan = plan_reads(
+        vec![Want::whole(0, bytes.len() as u64, 0)],
+        PlanOptions {
+            gap_threshold: 0,
+            part_size: 1024,
+            max_amplification: None,
+        },
+    )
+    .unwrap();
+    (src, plan, bytes)
+}
+
+#[test]
+fn all_parts_land_with_bounded_concurrency() {
+    let (src, plan, bytes) = setup(vec![]);
+    let mut out = vec![0u8; bytes.len()];
+    // SAFETY: `out` outlives `execute` and is untouched meanwhile.
+    let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
+    let stats = run(
+        src.clone(),
+        plan,
+        dest,
+        ExecOptions::new(5),
+        &CancelToken::new(),
+    )
+    .unwrap();
+    assert_eq!(out, bytes);
+    assert_eq!(stats.requests, 64);
+    assert_eq!(stats.bytes_fetched, bytes.len() as u64);
+    let max = src.max_in_flight.load(Ordering::SeqCst);
+    assert!((2..=5).contains(&max), "max in flight {max}");
+}
+
+#[test]
+fn staging_budget_bounds_parts_in_flight() {
+    let (_, plan, bytes) = setup(vec![]);
+    let src = Arc::new(MockSource {
+        bytes: bytes.clone(),
+        delay: Duration::from_millis(2),
+        staging: 10_000,
+        ..Default::default()
+    });
+    let mut out = vec![0u8; bytes.len()];
+    // SAFETY: `out` outlives `execute` and is untouched meanwhile.
+    let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
+    let progress = Arc::new(AtomicU64::new(0));
+    let opts = ExecOptions {
+        concurrency: 8,
+        staging_budget: Some(25_000),
+        progress: Some(Arc::clone(&progress)),
+        on_landed: None,
+        max_concurrency: None,
+        throughput_target: None,
+    };
+    let stats = run(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap();
+    assert_eq!(out, bytes);
+    // 10,000 bytes round up to 3 pages; 25,000 bytes hold 6: two parts.
+    let max = src.max_in_flight.load(Ordering::SeqCst);
+    assert!((1..=2).contains(&max), "max in flight {max}");
+    assert!(stats.peak_staging <= 20_000, "{}", stats.peak_staging);
+    assert!(stats.peak_staging >= 10_000);
+    // Every wanted byte counted once, gap bytes not at all.
+    assert_eq!(progress.load(Ordering::SeqCst), out.len() as u64);
+}
+
+#[test]
+fn a_part_larger_than_the_budget_is_refused_before_any_read() {
+    let (_, plan, bytes) = setup(vec![]);
+    let src = Arc::new(MockSource {
+        bytes,
+        staging: 1 << 20,
+        ..Default::default()
+    });
+    let mut out = vec![0u8; 64 * 1024];
+    // SAFETY: `out` outlives `execute` and is untouched meanwhile.
+    let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
+    let opts = ExecOptions {
+        concurrency: 8,
+        staging_budget: Some(64 * 1024),
+        progress: None,
+        on_landed: None,
+        max_concurrency: None,
+        throughput_target: None,
+    };
+    let err = run(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Budget);
+    assert!(err.to_string().contains("max_host_bytes"), "{err}");
+    assert_eq!(src.finished.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn first_failure_stops_the_rest_and_waits_for_started_parts() {
+    let (src, plan, _) = setup(vec![3 * 1024]);
+    let mut out = vec![0u8; 64 * 1024];
+    // SAFETY: `out` outlives `execute` and is untouched meanwhile.
+    let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
+    let err = run(
+        src.clone(),
+        plan,
+        dest,
+        ExecOptions::new(4),
+        &CancelToken::new(),
+    )
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Network);
+    assert_eq!(err.range(), Some(3072..4096));
+    assert_eq!(err.uri(), Some("mock://object"));
+    // Nothing is still running once execute returned...
+    assert_eq!(src.in_flight.load(Ordering::SeqCst), 0);
+    // ...and the failure stopped the plan well before its end.
+    assert!(src.finished.load(Ordering::SeqCst) < 20);
+}
+
+#[test]
+fn caller_cancellation_is_reported_as_cancelled() {
+    let (src, plan, _) = setup(vec![]);
+    let mut out = vec![0u8; 64 * 1024];
+    // SAFETY: `out` outlives `execute` and is untouched meanwhile.
+    let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
+    let cancel = CancelToken::new();
+    let c2 = cancel.clone();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(10));
+        c2.cancel();
+    });
+    let err = run(src.clone(), plan, dest, ExecOptions::new(1), &cancel).unwrap_err();
+    t.join().unwrap();
+    assert_eq!(err.kind(), ErrorKind::Cancelled);
+    assert_eq!(src.in_flight.load(Ordering::SeqCst), 0);
+    assert!(src.finished.load(Ordering::SeqCst) < 64);
+}

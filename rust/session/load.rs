@@ -1,0 +1,351 @@
+//! One load of selected tensors into caller-owned memory, in the order it
+//! happens: check the request, size the record headers, plan the reads,
+//! decide how many run at once, then fetch while each tensor is checked
+//! (and decrypted) as soon as its bytes have landed.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::check::SharedRegions;
+use super::{LoadOptions, LoadStats, TensorFile};
+use crate::buffer::Destinations;
+use crate::cancel::CancelToken;
+use crate::error::{Error, ErrorKind, Result};
+use crate::exec::{execute, overlap, requests_for, runtime, ExecOptions, ExecStats};
+use crate::plan::{plan_reads, selection_wants, sliced_shape, ReadPlan, Slot, TensorSlice};
+
+/// A record header larger than this is treated as corrupt rather than
+/// allocated (encrypted headers hold 16 bytes per 2 MiB chunk: 64 MiB of
+/// header would describe an 8 TiB tensor).
+const MAX_RECORD_HEADER: u64 = 64 * 1024 * 1024;
+
+/// Read amplification that large bridged gaps may add to a sliced load.
+const SLICE_AMPLIFICATION: f64 = 1.01;
+
+/// What a load was asked for.
+#[derive(Clone, Copy)]
+struct Request<'a> {
+    selection: &'a [usize],
+    slices: &'a [Option<TensorSlice>],
+    dests: &'a [(*mut u8, usize)],
+    opts: &'a LoadOptions,
+}
+
+/// Requests in flight to start with, and how far a load may grow them.
+struct Concurrency {
+    start: usize,
+    max: Option<usize>,
+}
+
+impl TensorFile {
+    /// Loads the tensors `selection` (indices into the index) into `dests`,
+    /// one region per selected tensor, each exactly its expected byte size.
+    /// `slices` is empty or holds one entry per selected tensor: `Some` loads
+    /// only that tensor-parallel slice (laid out as the sliced tensor; no
+    /// record header is read, so no hash can be checked). Meta tensors are
+    /// zero-filled. On error the regions hold unspecified bytes and must not
+    /// be used.
+    ///
+    /// # Safety
+    /// Each `(ptr, len)` must be valid for writes of `len` bytes, must not
+    /// overlap another, and must not be accessed by anyone else until this
+    /// function returns.
+    pub unsafe fn load_into(
+        &self,
+        selection: &[usize],
+        slices: &[Option<TensorSlice>],
+        dests: &[(*mut u8, usize)],
+        opts: &LoadOptions,
+        cancel: &CancelToken,
+    ) -> Result<LoadStats> {
+        let started = Instant::now();
+        let uri = self.uri();
+        let req = Request {
+            selection,
+            slices,
+            dests,
+            opts,
+        };
+        let sliced = self.check_request(&req).map_err(|e| e.with_uri(uri))?;
+        let mut headers = self.header_buffers(&req).map_err(|e| e.with_uri(uri))?;
+        let header_bytes: u64 = headers.iter().map(|h| h.len() as u64).sum();
+        let staging_budget =
+            staging_budget(opts.max_host_bytes, header_bytes).map_err(|e| e.with_uri(uri))?;
+        // SAFETY: the header buffers are owned here and outlive the fetch;
+        // the caller's regions carry the same promise by this function's
+        // contract; all are distinct allocations, so none overlap.
+        let destinations = Arc::new(unsafe { destinations(&mut headers, dests) });
+        let plan = self
+            .plan(&req, sliced, staging_budget)
+            .map_err(|e| e.with_uri(uri))?;
+        let bytes_wanted = plan.useful_bytes();
+        let concurrency = self.concurrency(opts, plan.parts.len());
+        let exec_opts = ExecOptions {
+            concurrency: concurrency.start,
+            staging_budget,
+            progress: opts.progress.clone(),
+            on_landed: None,
+            max_concurrency: concurrency.max,
+            throughput_target: opts.throughput_target,
+        };
+        let cancel = cancel.child_with_budget(self.deadline);
+        let exec =
+            self.fetch_and_check(&req, &mut headers, plan, &destinations, exec_opts, &cancel)?;
+        drop(destinations);
+        Ok(LoadStats {
+            bytes_fetched: exec.bytes_fetched,
+            bytes_wanted,
+            requests: exec.requests,
+            retries: exec.retries,
+            seconds: started.elapsed().as_secs_f64(),
+            concurrency: exec.max_in_flight as usize,
+            peak_host_bytes: header_bytes + exec.peak_staging,
+        })
+    }
+
+    /// Refuses what no load of this file can do, before anything is read;
+    /// returns whether the load is sliced.
+    fn check_request(&self, req: &Request<'_>) -> Result<bool> {
+        let Request {
+            selection,
+            slices,
+            opts,
+            ..
+        } = *req;
+        let dests = req.dests.len();
+        if selection.len() != dests || !(slices.is_empty() || slices.len() == dests) {
+            return Err(Error::invalid(format!(
+                "{} tensors selected, {} slices and {dests} destination buffers given",
+                selection.len(),
+                slices.len(),
+            )));
+        }
+        let sliced = slices.iter().any(Option::is_some);
+        if sliced && opts.verify_hash {
+            return Err(Error::invalid(
+                "verify_hash needs whole tensors (tensorizer's hashes cover the full tensor); \
+                 load the slices with verify_hash=False, or verify the file once with \
+                 `fastshard verify`",
+            ));
+        }
+        // tensorizer refuses both mismatches too, before reading data.
+        match (self.index.has_crypt_info(), &opts.decryption) {
+            (true, None) => Err(Error::invalid(
+                "the file is encrypted: a decryption key (or passphrase) is needed",
+            )),
+            (false, Some(_)) => Err(Error::invalid(
+                "a decryption key was given but the file is not encrypted",
+            )),
+            (true, Some(_)) if sliced => Err(Error::new(
+                ErrorKind::Unsupported,
+                "tensor-parallel slices of an encrypted file cannot be decrypted \
+                 (MACs cover whole 2 MiB chunks); load whole tensors",
+            )),
+            _ => Ok(sliced),
+        }
+    }
+
+    /// One record-header buffer per selected tensor (empty for a slice,
+    /// whose header is not read), after checking each destination holds
+    /// exactly the tensor's (or slice's) bytes.
+    fn header_buffers(&self, req: &Request<'_>) -> Result<Vec<Vec<u8>>> {
+        let Request {
+            selection,
+            slices,
+            dests,
+            ..
+        } = *req;
+        let mut headers = Vec::with_capacity(selection.len());
+        for (i, (&e, &(_, len))) in selection.iter().zip(dests).enumerate() {
+            let entry = self
+                .index
+                .entries
+                .get(e)
+                .ok_or_else(|| Error::invalid(format!("tensor index {e} out of range")))?;
+            let slice = slices.get(i).and_then(Option::as_ref);
+            let expected = match slice {
+                None => entry.expected_nbytes(),
+                Some(slice) => sliced_shape(&entry.shape, slice)
+                    .map_err(|err| err.with_tensor(entry.display_name()))?
+                    .iter()
+                    .try_fold(entry.dtype.itemsize() as u64, |a, &d| a.checked_mul(d)),
+            }
+            .unwrap_or(u64::MAX);
+            if len as u64 != expected {
+                return Err(Error::invalid(format!(
+                    "destination buffer has {len} bytes, tensor needs {expected}"
+                ))
+                .with_tensor(entry.display_name()));
+            }
+            if slice.is_some() {
+                headers.push(Vec::new());
+                continue;
+            }
+            let header_len = entry.header_len();
+            if header_len > MAX_RECORD_HEADER {
+                return Err(Error::format(format!(
+                    "record header of {header_len} bytes is implausible"
+                ))
+                .with_tensor(entry.display_name())
+                .with_range(entry.header_offset..entry.data_offset));
+            }
+            headers.push(vec![0u8; header_len as usize]);
+        }
+        Ok(headers)
+    }
+
+    /// The reads: coalesced and split for this source, within the budget.
+    fn plan(
+        &self,
+        req: &Request<'_>,
+        sliced: bool,
+        staging_budget: Option<u64>,
+    ) -> Result<ReadPlan> {
+        let opts = req.opts;
+        let mut plan_opts = self.source.plan_options();
+        if let Some(p) = opts.part_size {
+            plan_opts.part_size = p.max(1);
+        }
+        if sliced {
+            // Other ranks' rows lie between a rank's slices: bridging them
+            // would multiply its traffic. Small gaps (strided columns) are
+            // still bridged; stats report the amplification.
+            plan_opts.max_amplification = Some(SLICE_AMPLIFICATION);
+        }
+        if let Some(budget) = staging_budget {
+            // Gap scratch is the staging a read needs: keep every read
+            // within the budget by not bridging gaps it could not hold.
+            plan_opts.gap_threshold = plan_opts.gap_threshold.min(budget);
+        }
+        let wants = selection_wants(&self.index, req.selection, req.slices)?;
+        if opts.part_size.is_none() {
+            // The plan's segments are exactly the wanted ranges, so their sum
+            // sizes the parts before planning once.
+            let wanted = wants.iter().fold(0u64, |n, w| n.saturating_add(w.len));
+            if let Some(p) = self.source.part_size_for(wanted) {
+                plan_opts.part_size = p;
+            }
+        }
+        plan_reads(wants, plan_opts)
+    }
+
+    fn concurrency(&self, opts: &LoadOptions, parts: usize) -> Concurrency {
+        match (opts.concurrency, opts.throughput_target) {
+            // An explicit number wins, and stays fixed.
+            (Some(n), _) => Concurrency {
+                start: n.max(1),
+                max: None,
+            },
+            (None, target) => {
+                let start = self.source.default_concurrency().max(1);
+                match (self.source.max_concurrency(), target) {
+                    (Some(max), Some(t)) => {
+                        let need = requests_for(t);
+                        Concurrency {
+                            start: need.min(parts.max(1)),
+                            max: Some(max.max(need)),
+                        }
+                    }
+                    (max, _) => Concurrency { start, max },
+                }
+            }
+        }
+    }
+
+    /// Runs the plan, checking (and decrypting, hashing) each tensor on
+    /// its own thread as soon as all of its bytes have landed.
+    fn fetch_and_check(
+        &self,
+        req: &Request<'_>,
+        headers: &mut [Vec<u8>],
+        plan: ReadPlan,
+        destinations: &Arc<Destinations>,
+        mut exec_opts: ExecOptions,
+        cancel: &CancelToken,
+    ) -> Result<ExecStats> {
+        let Request {
+            selection,
+            dests,
+            opts,
+            ..
+        } = *req;
+        // Bytes each tensor still waits for (header and data), so its checks,
+        // decryption and hashes run as soon as it is complete.
+        let mut pending = vec![0u64; selection.len()];
+        for seg in plan.parts.iter().flat_map(|p| &p.segments) {
+            pending[Slot::from_id(seg.slot).tensor()] += seg.len;
+        }
+        let header_regions: Vec<(*mut u8, usize)> = headers
+            .iter_mut()
+            .map(|h| (h.as_mut_ptr(), h.len()))
+            .collect();
+        let threads = if opts.verify_hash || opts.decryption.is_some() {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+                .min(selection.len())
+        } else {
+            1
+        };
+        let (regions, header_regions) = (SharedRegions(dests), SharedRegions(&header_regions));
+        let uri = self.uri();
+        let rt = runtime()?;
+        overlap(
+            pending,
+            |slot| Slot::from_id(slot).tensor(),
+            threads,
+            cancel,
+            |i| {
+                self.check_one(selection[i], i, &header_regions, &regions, opts, cancel)
+                    .map_err(|e| e.with_uri(uri))
+            },
+            |on_landed| {
+                exec_opts.on_landed = Some(on_landed);
+                let source = Arc::clone(&self.source);
+                rt.block_on(execute(
+                    source,
+                    plan,
+                    Arc::clone(destinations),
+                    exec_opts,
+                    cancel,
+                ))
+            },
+        )
+    }
+}
+
+/// What the load may hold for gap scratch: `max_host_bytes` less the record
+/// headers it must hold in any case.
+fn staging_budget(max_host_bytes: Option<u64>, header_bytes: u64) -> Result<Option<u64>> {
+    match max_host_bytes {
+        Some(max) if header_bytes > max => Err(Error::invalid(format!(
+            "max_host_bytes={max} is smaller than the {header_bytes} bytes of record \
+             headers this load must hold; raise it or load fewer tensors per call"
+        ))),
+        Some(max) => Ok(Some(max - header_bytes)),
+        None => Ok(None),
+    }
+}
+
+/// Two slots per tensor, its record header then its data, in selection
+/// order (`Slot` numbers them so).
+///
+/// # Safety
+/// As `Destinations::new`: every region valid for writes and untouched by
+/// anyone else until the load's reads have finished.
+unsafe fn destinations(headers: &mut [Vec<u8>], dests: &[(*mut u8, usize)]) -> Destinations {
+    // Huge pages make faulting in fresh destinations far cheaper on most
+    // hosts, but on VMs whose host backs guest memory lazily they can be
+    // much slower the first time: measured, so opt-in.
+    let huge_pages = std::env::var("FASTSHARD_HUGE_PAGES").is_ok_and(|v| v == "1");
+    let mut slots: Vec<(*mut u8, usize)> = Vec::with_capacity(dests.len() * 2);
+    for (h, &(ptr, len)) in headers.iter_mut().zip(dests) {
+        if huge_pages {
+            crate::buffer::advise_huge_pages(ptr, len);
+        }
+        slots.push((h.as_mut_ptr(), h.len()));
+        slots.push((ptr, len));
+    }
+    // SAFETY: the caller's promise, passed on.
+    unsafe { Destinations::new(slots) }
+}
