@@ -57,10 +57,28 @@ impl ErrorKind {
     }
 }
 
+/// A condition within a kind that callers act on (Python sees it as the
+/// exception's `reason`), so nobody has to match on message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// The entries do not fit the 256 KiB index tensorizer reserves; the
+    /// exact index mode writes them (and tensorizer still reads the file).
+    IndexTooSmall,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::IndexTooSmall => "index_too_small",
+        }
+    }
+}
+
 /// The crate's error: a kind, a human message and optional location context.
 #[derive(Debug)]
 pub struct Error {
     kind: ErrorKind,
+    reason: Option<Reason>,
     message: String,
     uri: Option<String>,
     tensor: Option<String>,
@@ -74,6 +92,7 @@ impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Error {
             kind,
+            reason: None,
             message: message.into(),
             uri: None,
             tensor: None,
@@ -120,6 +139,11 @@ impl Error {
         self
     }
 
+    pub fn with_reason(mut self, reason: Reason) -> Self {
+        self.reason = Some(reason);
+        self
+    }
+
     pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
         self.source = Some(Box::new(source));
         self
@@ -127,6 +151,10 @@ impl Error {
 
     pub fn kind(&self) -> ErrorKind {
         self.kind
+    }
+
+    pub fn reason(&self) -> Option<Reason> {
+        self.reason
     }
 
     pub fn message(&self) -> &str {

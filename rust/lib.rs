@@ -23,5 +23,5 @@ pub mod session;
 mod py;
 
 pub use cancel::CancelToken;
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Reason, Result};
 pub use location::{Kind, Location};

@@ -272,8 +272,9 @@ def test_exact_index(tmp_path):
         f"model.layers.{i}.mlp.down_proj.weight.x": torch.full((1,), float(i)) for i in range(4000)
     }
     # tensorizer's fixed 256 KiB index cannot hold these names.
-    with pytest.raises(fastshard.InvalidArgumentError):
+    with pytest.raises(fastshard.InvalidArgumentError) as info:
         fastshard.save(sd, tmp_path / "fixed.tensors", exact_index=False)
+    assert info.value.reason == "index_too_small"  # what save() falls back on
     auto = tmp_path / "auto.tensors"
     fastshard.save(sd, auto)  # falls back to an exact-size index
     (metadata_len,) = struct.unpack_from("<Q", auto.read_bytes(), 0x41)

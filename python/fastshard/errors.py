@@ -6,7 +6,9 @@ from __future__ import annotations
 
 class FastshardError(Exception):
     """Base class. ``uri``, ``tensor`` and ``byte_range`` locate the failure
-    when known; messages never contain credentials."""
+    when known; messages never contain credentials. ``reason`` names a
+    condition callers act on, e.g. ``"index_too_small"`` (tensorizer's fixed
+    index cannot hold the entries); None for most errors."""
 
     def __init__(
         self,
@@ -15,11 +17,13 @@ class FastshardError(Exception):
         uri: str | None = None,
         tensor: str | None = None,
         byte_range: tuple[int, int] | None = None,
+        reason: str | None = None,
     ) -> None:
         super().__init__(message)
         self.uri = uri
         self.tensor = tensor
         self.byte_range = byte_range
+        self.reason = reason
 
 
 class FormatError(FastshardError):

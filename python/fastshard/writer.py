@@ -157,7 +157,7 @@ def _write(
     except InvalidArgumentError as e:
         # tensorizer's fixed index overflowed (found while planning, before
         # any byte is written or uploaded); other problems raise as they are.
-        if "exact index" not in str(e):
+        if e.reason != "index_too_small":
             raise
         return write(True)
 

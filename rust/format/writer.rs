@@ -14,7 +14,7 @@ use super::index::{numel, TAG_LONG, TAG_SHORT};
 use super::names::TensorName;
 use super::record::{HASH_CRC32, HASH_SHA256};
 use super::{hash, TensorType, TENSORIZER_INDEX_RESERVE};
-use crate::error::{Error, Result};
+use crate::error::{Error, Reason, Result};
 use std::collections::HashSet;
 
 /// Tensorizer bumps the data version to this for any opaque dtype.
@@ -226,7 +226,8 @@ pub fn plan_with(
                  {TENSORIZER_INDEX_RESERVE} bytes tensorizer reserves; use the exact \
                  index mode (files stay readable by tensorizer)",
                 specs.len()
-            )))
+            ))
+            .with_reason(Reason::IndexTooSmall))
         }
     };
     let mut offset = (PREAMBLE_LEN as u64)

@@ -256,6 +256,7 @@ fn tensorizer_index_overflow_suggests_exact_mode() {
         .collect();
     let e = invalid(&specs, IndexMode::Tensorizer);
     assert!(e.message().contains("exact index mode"), "{e}");
+    assert_eq!(e.reason(), Some(crate::error::Reason::IndexTooSmall));
     let layout = plan(&specs, IndexMode::Exact).unwrap();
     assert!(layout.header.metadata_len > TENSORIZER_INDEX_RESERVE);
 }

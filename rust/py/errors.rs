@@ -44,6 +44,7 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
     kwargs.set_item("uri", err.uri())?;
     kwargs.set_item("tensor", err.tensor())?;
     kwargs.set_item("byte_range", err.range().map(|r| (r.start, r.end)))?;
+    kwargs.set_item("reason", err.reason().map(|r| r.as_str()))?;
     let value = class.call((err.to_string(),), Some(&kwargs))?;
     Ok(PyErr::from_value(value))
 }
