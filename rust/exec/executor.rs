@@ -14,7 +14,7 @@ use super::adapt::Growth;
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::{PartStats, RangeSource};
+use crate::io::{PartJob, PartSource, PartStats};
 use crate::plan::{Part, ReadPlan};
 
 /// Told, on the runtime's threads, about every part that landed in full:
@@ -24,7 +24,7 @@ pub type OnLanded = Arc<dyn Fn(&[(usize, u64)]) + Send + Sync>;
 #[derive(Clone)]
 pub struct ExecOptions {
     pub concurrency: usize,
-    /// Bytes of staging memory (see `RangeSource::staging_bytes`) the parts
+    /// Bytes of staging memory (see `PartSource::staging_bytes`) the parts
     /// in flight may hold together; a part waits for room instead of
     /// allocating past it. None: bounded by `concurrency` alone.
     pub staging_budget: Option<u64>,
@@ -96,8 +96,8 @@ pub struct ExecStats {
 
 /// Fetches every part of `plan` into `dest`; returns once all are done
 /// (also on failure: parts write into memory the caller owns).
-pub async fn execute(
-    source: Arc<dyn RangeSource>,
+pub async fn execute<S: PartSource + ?Sized>(
+    source: Arc<S>,
     plan: ReadPlan,
     dest: Arc<Destinations>,
     opts: ExecOptions,
@@ -121,8 +121,8 @@ pub async fn execute(
 
 /// The budget in `BUDGET_UNIT`s, after checking that every part fits it on
 /// its own (a part that never could would wait forever).
-fn budget_cap(
-    source: &dyn RangeSource,
+fn budget_cap<S: PartSource + ?Sized>(
+    source: &S,
     plan: &ReadPlan,
     budget: Option<u64>,
 ) -> Result<Option<u64>> {
@@ -157,8 +157,8 @@ struct Gauges {
 }
 
 /// One execution: the parts in flight and what they share.
-struct Run {
-    source: Arc<dyn RangeSource>,
+struct Run<S: ?Sized> {
+    source: Arc<S>,
     dest: Arc<Destinations>,
     opts: ExecOptions,
     populate: bool,
@@ -182,14 +182,14 @@ enum Wake<T> {
     Finished(std::result::Result<Result<PartStats>, JoinError>),
 }
 
-impl Run {
+impl<S: PartSource + ?Sized> Run<S> {
     fn new(
-        source: Arc<dyn RangeSource>,
+        source: Arc<S>,
         dest: Arc<Destinations>,
         opts: ExecOptions,
         budget: Option<u64>,
         cancel: &CancelToken,
-    ) -> Run {
+    ) -> Run<S> {
         let start = opts.concurrency.max(1);
         let growth = Growth::new(start, opts.max_concurrency.unwrap_or(start), Instant::now())
             .with_target(opts.throughput_target);
@@ -336,8 +336,11 @@ impl Run {
             let (dest, segments) = (Arc::clone(&self.dest), part.segments.clone());
             tokio::task::spawn_blocking(move || dest.populate(&segments))
         });
-        let fut =
-            Arc::clone(&self.source).read_part(part, Arc::clone(&self.dest), self.stop.clone());
+        let fut = Arc::clone(&self.source).read_part(PartJob {
+            part,
+            dest: Arc::clone(&self.dest),
+            cancel: self.stop.clone(),
+        });
         let in_flight = gauges.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         gauges.max_in_flight.fetch_max(in_flight, Ordering::SeqCst);
         let (growth, permits) = (Arc::clone(&self.growth), Arc::clone(&self.permits));

@@ -124,6 +124,29 @@ impl<'a> Cursor<'a> {
     pub fn i64(&mut self) -> Result<i64> {
         self.array().map(i64::from_le_bytes)
     }
+
+    /// A u8 length, then that many bytes (a dtype string in an index entry
+    /// or a record header).
+    pub fn u8_prefixed(&mut self) -> Result<&'a [u8]> {
+        let len = self.u8()?;
+        self.bytes(usize::from(len))
+    }
+
+    /// A u8 dimension count, then each dimension as a u64 (`long`, data
+    /// version 5) or a u32: a shape as index entries and record headers
+    /// store it.
+    pub fn shape(&mut self, long: bool) -> Result<Vec<u64>> {
+        let ndim = self.u8()?;
+        let mut shape = Vec::with_capacity(usize::from(ndim));
+        for _ in 0..ndim {
+            shape.push(if long {
+                self.u64()?
+            } else {
+                u64::from(self.u32()?)
+            });
+        }
+        Ok(shape)
+    }
 }
 
 #[cfg(test)]

@@ -221,21 +221,11 @@ fn parse_entry(c: &mut Cursor<'_>, versioned: bool) -> Result<(TensorEntry, u8)>
         ctx(Error::format(format!("unknown tensor type {type_byte}"))
             .with_range(type_at..type_at.saturating_add(1)))
     })?;
-    let dtype_len = c.u8().map_err(ctx)?;
-    let dtype_at = c.abs();
-    let dtype_raw = c.bytes(usize::from(dtype_len)).map_err(ctx)?;
+    let dtype_at = c.abs() + 1;
+    let dtype_raw = c.u8_prefixed().map_err(ctx)?;
     let dtype =
         Dtype::from_tensorizer(dtype_raw).map_err(|e| ctx(e.with_range(dtype_at..c.abs())))?;
-    let ndim = c.u8().map_err(ctx)?;
-    let mut shape = Vec::with_capacity(usize::from(ndim));
-    for _ in 0..ndim {
-        let d = if long_dims {
-            c.u64()
-        } else {
-            c.u32().map(u64::from)
-        };
-        shape.push(d.map_err(ctx)?);
-    }
+    let shape = c.shape(long_dims).map_err(ctx)?;
     let header_offset = c.u64().map_err(ctx)?;
     let data_offset = c.u64().map_err(ctx)?;
     let data_length = c.u64().map_err(ctx)?;
@@ -250,6 +240,8 @@ fn parse_entry(c: &mut Cursor<'_>, versioned: bool) -> Result<(TensorEntry, u8)>
         data_length,
         long_dims,
     };
+    // At most 255: it was read with a u8 length.
+    let dtype_len = u8::try_from(dtype_raw.len()).unwrap_or(u8::MAX);
     Ok((entry, dtype_len))
 }
 

@@ -89,18 +89,8 @@ impl RecordHeader {
                 .with_tensor(shown.clone())
                 .with_range(type_at..type_at.saturating_add(1))
         })?;
-        let dtype_len = c.u8().map_err(ctx)?;
-        let dtype_raw = c.bytes(usize::from(dtype_len)).map_err(ctx)?.to_vec();
-        let ndim = c.u8().map_err(ctx)?;
-        let mut shape = Vec::with_capacity(usize::from(ndim));
-        for _ in 0..ndim {
-            let d = if long_dims {
-                c.u64()
-            } else {
-                c.u32().map(u64::from)
-            };
-            shape.push(d.map_err(ctx)?);
-        }
+        let dtype_raw = c.u8_prefixed().map_err(ctx)?.to_vec();
+        let shape = c.shape(long_dims).map_err(ctx)?;
         let section_len = c.u16().map_err(ctx)?;
         let section_pos = c.pos();
         let section = c.bytes(usize::from(section_len)).map_err(ctx)?;

@@ -6,6 +6,7 @@ use super::*;
 use crate::error::ErrorKind;
 use crate::format::names::PathPart::{self, Index as Ix, Key};
 use crate::format::test_util::*;
+use crate::format::TensorType;
 
 fn golden(specs: &[WriteSpec], data: &[Vec<u8>], len: u64, version: u32, sha: &str) -> WriteLayout {
     let (file, layout) = write(specs, data, IndexMode::Tensorizer);

@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
-use super::{BoxFuture, Discovery, PartStats, RangeSource};
+use super::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
@@ -153,11 +153,47 @@ impl FileSource {
     }
 }
 
-impl RangeSource for FileSource {
+impl PartSource for FileSource {
     fn uri(&self) -> &str {
         &self.uri
     }
 
+    fn read_part(self: Arc<Self>, job: PartJob) -> BoxFuture<'static, Result<PartStats>> {
+        let PartJob { part, dest, cancel } = job;
+        Box::pin(async move {
+            let range = part.start..part.end;
+            let uri = self.uri.clone();
+            // The blocking task owns everything it touches; awaiting its
+            // handle (never dropping it early) keeps the "no write after
+            // return" promise of `RangeSource::read_part`.
+            tokio::task::spawn_blocking(move || self.read_part_blocking(&part, &dest, &cancel))
+                .await
+                .map_err(|e| {
+                    Error::new(ErrorKind::Io, format!("read task failed: {e}"))
+                        .with_range(range)
+                        .with_uri(uri)
+                })?
+        })
+    }
+
+    fn plan_options(&self) -> PlanOptions {
+        PlanOptions {
+            gap_threshold: 256 * 1024,
+            part_size: 8 * 1024 * 1024,
+            max_amplification: None,
+        }
+    }
+
+    fn default_concurrency(&self) -> usize {
+        8
+    }
+
+    fn staging_bytes(&self, part: &Part) -> u64 {
+        part.max_gap()
+    }
+}
+
+impl RangeSource for FileSource {
     fn discover<'a>(
         &'a self,
         len: u64,
@@ -189,44 +225,6 @@ impl RangeSource for FileSource {
             self.read_exact_at(&mut buf, offset)?;
             Ok(buf)
         })
-    }
-
-    fn read_part(
-        self: Arc<Self>,
-        part: Part,
-        dest: Arc<Destinations>,
-        cancel: CancelToken,
-    ) -> BoxFuture<'static, Result<PartStats>> {
-        Box::pin(async move {
-            let range = part.start..part.end;
-            let uri = self.uri.clone();
-            // The blocking task owns everything it touches; awaiting its
-            // handle (never dropping it early) keeps the "no write after
-            // return" promise of `RangeSource::read_part`.
-            tokio::task::spawn_blocking(move || self.read_part_blocking(&part, &dest, &cancel))
-                .await
-                .map_err(|e| {
-                    Error::new(ErrorKind::Io, format!("read task failed: {e}"))
-                        .with_range(range)
-                        .with_uri(uri)
-                })?
-        })
-    }
-
-    fn plan_options(&self) -> PlanOptions {
-        PlanOptions {
-            gap_threshold: 256 * 1024,
-            part_size: 8 * 1024 * 1024,
-            max_amplification: None,
-        }
-    }
-
-    fn default_concurrency(&self) -> usize {
-        8
-    }
-
-    fn staging_bytes(&self, part: &Part) -> u64 {
-        part.max_gap()
     }
 }
 
@@ -274,24 +272,24 @@ mod tests {
         assert_eq!(b, &data[200..3200]);
     }
 
+    /// Reads the first `len` bytes of `src` as one part into `out`.
+    fn read_one_part(src: &FileSource, out: &mut [u8], cancel: &CancelToken) -> Result<PartStats> {
+        let opts = PlanOptions {
+            gap_threshold: 0,
+            part_size: 64,
+            max_amplification: None,
+        };
+        let plan = plan_reads(vec![Want::whole(0, out.len() as u64, 0)], opts).unwrap();
+        // SAFETY: `out` outlives the read and is untouched meanwhile.
+        let dest = unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) };
+        src.read_part_blocking(&plan.parts[0], &dest, cancel)
+    }
+
     #[test]
     fn short_file_is_a_format_error_naming_the_range() {
         let (_f, src) = source_with(&[1, 2, 3]);
-        let plan = plan_reads(
-            vec![Want::whole(0, 10, 0)],
-            PlanOptions {
-                gap_threshold: 0,
-                part_size: 64,
-                max_amplification: None,
-            },
-        )
-        .unwrap();
         let mut a = vec![0u8; 10];
-        // SAFETY: `a` outlives the read and is untouched meanwhile.
-        let dest = unsafe { Destinations::new(vec![(a.as_mut_ptr(), a.len())]) };
-        let err = src
-            .read_part_blocking(&plan.parts[0], &dest, &CancelToken::new())
-            .unwrap_err();
+        let err = read_one_part(&src, &mut a, &CancelToken::new()).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Format);
         assert_eq!(err.range(), Some(3..10));
     }
@@ -307,23 +305,10 @@ mod tests {
     #[test]
     fn cancelled_part_reads_nothing() {
         let (_f, src) = source_with(&[9; 64]);
-        let plan = plan_reads(
-            vec![Want::whole(0, 64, 0)],
-            PlanOptions {
-                gap_threshold: 0,
-                part_size: 64,
-                max_amplification: None,
-            },
-        )
-        .unwrap();
         let mut a = vec![0u8; 64];
-        // SAFETY: `a` outlives the read and is untouched meanwhile.
-        let dest = unsafe { Destinations::new(vec![(a.as_mut_ptr(), a.len())]) };
         let cancel = CancelToken::new();
         cancel.cancel();
-        let err = src
-            .read_part_blocking(&plan.parts[0], &dest, &cancel)
-            .unwrap_err();
+        let err = read_one_part(&src, &mut a, &cancel).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Cancelled);
         assert_eq!(a, vec![0u8; 64]);
     }

@@ -2,17 +2,15 @@
 //! through reqwest. Query strings are never shown in errors, since a
 //! presigned URL's signature is a credential.
 
-use std::sync::OnceLock;
-
 use reqwest::header::{CONTENT_RANGE, ETAG, IF_MATCH, LAST_MODIFIED, RANGE};
 use reqwest::StatusCode;
 
 use super::capped::CappedBody;
 use super::content_range;
 use super::http_client::ClientSpec;
+use super::ranged::{Fetched, RangedObject, Remote};
 use super::retry::RetryPolicy;
-use super::sink::{Fetched, PartSink, RangedObject, Streamer};
-use super::BoxFuture;
+use super::sink::PartSink;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::location::Location;
@@ -22,11 +20,10 @@ type Pin = (reqwest::header::HeaderName, String);
 
 pub struct HttpSource {
     url: String,
-    shown: String,
     client: ClientSpec,
-    /// `If-Match` (ETag) or `If-Unmodified-Since` pin learned at discovery.
-    pin: OnceLock<Option<Pin>>,
-    policy: RetryPolicy,
+    /// Its version: the `If-Match` (ETag) or `If-Unmodified-Since` pin
+    /// learned at discovery.
+    remote: Remote<Option<Pin>>,
 }
 
 impl HttpSource {
@@ -39,10 +36,8 @@ impl HttpSource {
         let client = ClientSpec::trusting(ca_bundle).map_err(|e| e.with_uri(&shown))?;
         Ok(HttpSource {
             url: url.to_string(),
-            shown,
             client,
-            pin: OnceLock::new(),
-            policy,
+            remote: Remote::new(shown, policy),
         })
     }
 
@@ -67,7 +62,9 @@ impl HttpSource {
     }
 
     fn client(&self) -> Result<std::sync::Arc<reqwest::Client>> {
-        self.client.client().map_err(|e| e.with_uri(&self.shown))
+        self.client
+            .client()
+            .map_err(|e| e.with_uri(&self.remote.shown))
     }
 
     fn request(&self, start: u64, end: u64) -> Result<reqwest::RequestBuilder> {
@@ -75,7 +72,7 @@ impl HttpSource {
             .client()?
             .get(&self.url)
             .header(RANGE, format!("bytes={}-{}", start, end - 1));
-        if let Some(Some((name, value))) = self.pin.get() {
+        if let Some(Some((name, value))) = self.remote.pinned.get() {
             req = req.header(name.clone(), value.as_str());
         }
         Ok(req)
@@ -92,69 +89,6 @@ impl HttpSource {
             return Ok(resp);
         }
         Err(status_error(status).with_range(start..end))
-    }
-
-    async fn get_into(&self, start: u64, end: u64, sink: &mut PartSink<'_>) -> Result<()> {
-        let mut resp = self.send(start, end).await?;
-        if resp.status() == StatusCode::OK && start != 0 {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                "the server ignores Range requests; fastshard needs ranged reads",
-            ));
-        }
-        let range = resp
-            .headers()
-            .get(CONTENT_RANGE)
-            .and_then(|v| v.to_str().ok());
-        let partial = resp.status() == StatusCode::PARTIAL_CONTENT;
-        content_range::check(range, partial, start, end)?;
-        while let Some(chunk) = resp
-            .chunk()
-            .await
-            .map_err(|e| transport_error(&e).with_range(start..end))?
-        {
-            sink.write(&chunk)?;
-        }
-        Ok(())
-    }
-
-    async fn get_bytes_once(&self, start: u64, len: u64) -> Result<Fetched<Option<Pin>>> {
-        let resp = self.send(start, start + len).await?;
-        let status = resp.status();
-        let headers = resp.headers();
-        let partial = status == StatusCode::PARTIAL_CONTENT;
-        let range = headers.get(CONTENT_RANGE).and_then(|v| v.to_str().ok());
-        let total = if partial {
-            content_range::check(range, true, start, start + len)?
-        } else {
-            resp.content_length()
-        };
-        if status == StatusCode::OK && total.is_some_and(|t| t > len) && start == 0 {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                "the server ignores Range requests; fastshard needs ranged reads",
-            ));
-        }
-        if !partial {
-            content_range::check(range, false, start, start + len)?;
-        }
-        let version = if let Some(etag) = headers.get(ETAG).and_then(|v| v.to_str().ok()) {
-            Some((IF_MATCH, etag.to_string()))
-        } else {
-            headers
-                .get(LAST_MODIFIED)
-                .and_then(|v| v.to_str().ok())
-                .map(|lm| (reqwest::header::IF_UNMODIFIED_SINCE, lm.to_string()))
-        };
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| transport_error(&e).with_range(start..start + len))?;
-        Ok(Fetched {
-            bytes: body.to_vec(),
-            total,
-            version,
-        })
     }
 }
 
@@ -215,34 +149,74 @@ pub(crate) fn status_error(status: StatusCode) -> Error {
     Error::new(kind, msg)
 }
 
-impl Streamer for HttpSource {
-    fn stream<'a, 'b: 'a>(
-        &'a self,
-        start: u64,
-        end: u64,
-        sink: &'a mut PartSink<'b>,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.get_into(start, end, sink))
-    }
-}
-
 impl RangedObject for HttpSource {
     type Version = Option<Pin>;
 
-    fn shown_uri(&self) -> &str {
-        &self.shown
+    fn remote(&self) -> &Remote<Option<Pin>> {
+        &self.remote
     }
 
-    fn policy(&self) -> &RetryPolicy {
-        &self.policy
+    async fn get_once(&self, start: u64, len: u64) -> Result<Fetched<Option<Pin>>> {
+        let resp = self.send(start, start + len).await?;
+        let status = resp.status();
+        let headers = resp.headers();
+        let partial = status == StatusCode::PARTIAL_CONTENT;
+        let range = headers.get(CONTENT_RANGE).and_then(|v| v.to_str().ok());
+        let total = if partial {
+            content_range::check(range, true, start, start + len)?
+        } else {
+            resp.content_length()
+        };
+        if status == StatusCode::OK && total.is_some_and(|t| t > len) && start == 0 {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "the server ignores Range requests; fastshard needs ranged reads",
+            ));
+        }
+        if !partial {
+            content_range::check(range, false, start, start + len)?;
+        }
+        let version = if let Some(etag) = headers.get(ETAG).and_then(|v| v.to_str().ok()) {
+            Some((IF_MATCH, etag.to_string()))
+        } else {
+            headers
+                .get(LAST_MODIFIED)
+                .and_then(|v| v.to_str().ok())
+                .map(|lm| (reqwest::header::IF_UNMODIFIED_SINCE, lm.to_string()))
+        };
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| transport_error(&e).with_range(start..start + len))?;
+        Ok(Fetched {
+            bytes: body.to_vec(),
+            total,
+            version,
+        })
     }
 
-    fn get_once(&self, start: u64, len: u64) -> BoxFuture<'_, Result<Fetched<Option<Pin>>>> {
-        Box::pin(self.get_bytes_once(start, len))
-    }
-
-    fn pin(&self, version: Option<Pin>) {
-        let _ = self.pin.set(version);
+    async fn stream(&self, start: u64, end: u64, sink: &mut PartSink<'_>) -> Result<()> {
+        let mut resp = self.send(start, end).await?;
+        if resp.status() == StatusCode::OK && start != 0 {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "the server ignores Range requests; fastshard needs ranged reads",
+            ));
+        }
+        let range = resp
+            .headers()
+            .get(CONTENT_RANGE)
+            .and_then(|v| v.to_str().ok());
+        let partial = resp.status() == StatusCode::PARTIAL_CONTENT;
+        content_range::check(range, partial, start, end)?;
+        while let Some(chunk) = resp
+            .chunk()
+            .await
+            .map_err(|e| transport_error(&e).with_range(start..end))?
+        {
+            sink.write(&chunk)?;
+        }
+        Ok(())
     }
 }
 

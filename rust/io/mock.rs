@@ -6,9 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{BoxFuture, Discovery, PartStats, RangeSource};
-use crate::buffer::Destinations;
-use crate::cancel::CancelToken;
+use super::{BoxFuture, PartJob, PartSource, PartStats};
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::{Part, PlanOptions};
 
@@ -25,46 +23,13 @@ pub struct MockSource {
     pub finished: AtomicUsize,
 }
 
-impl RangeSource for MockSource {
+impl PartSource for MockSource {
     fn uri(&self) -> &str {
         "mock://object"
     }
 
-    fn discover<'a>(
-        &'a self,
-        len: u64,
-        _cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Discovery>> {
-        Box::pin(async move {
-            let n = (len as usize).min(self.bytes.len());
-            Ok(Discovery {
-                prefix: self.bytes[..n].to_vec(),
-                size: self.bytes.len() as u64,
-            })
-        })
-    }
-
-    fn read_range<'a>(
-        &'a self,
-        offset: u64,
-        len: u64,
-        _cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Vec<u8>>> {
-        Box::pin(async move {
-            let (s, e) = (offset as usize, (offset + len) as usize);
-            self.bytes
-                .get(s..e)
-                .map(<[u8]>::to_vec)
-                .ok_or_else(|| Error::format("short object"))
-        })
-    }
-
-    fn read_part(
-        self: Arc<Self>,
-        part: Part,
-        dest: Arc<Destinations>,
-        cancel: CancelToken,
-    ) -> BoxFuture<'static, Result<PartStats>> {
+    fn read_part(self: Arc<Self>, job: PartJob) -> BoxFuture<'static, Result<PartStats>> {
+        let PartJob { part, dest, cancel } = job;
         Box::pin(async move {
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.max_in_flight.fetch_max(now, Ordering::SeqCst);

@@ -12,6 +12,7 @@ pub mod local;
 #[cfg(test)]
 pub(crate) mod mock;
 pub mod object;
+mod ranged;
 pub mod retry;
 pub mod s3;
 mod sink;
@@ -43,6 +44,14 @@ pub struct Discovery {
     pub size: u64,
 }
 
+/// One part to fetch: the plan's part, the destinations its segments land
+/// in, and the token that stops it.
+pub struct PartJob {
+    pub part: Part,
+    pub dest: Arc<Destinations>,
+    pub cancel: CancelToken,
+}
+
 /// Counters of one part's fetch, summed into the load's stats.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PartStats {
@@ -51,33 +60,16 @@ pub struct PartStats {
     pub retries: u64,
 }
 
-pub trait RangeSource: Send + Sync + 'static {
+/// What the executor needs of a source: fetching a planned part into its
+/// destinations, and how it likes its plans and concurrency.
+pub trait PartSource: Send + Sync + 'static {
     /// The URI as the user gave it (never with credentials or signatures).
     fn uri(&self) -> &str;
 
-    /// Reads up to `len` bytes from offset 0 and learns the object's size.
-    fn discover<'a>(
-        &'a self,
-        len: u64,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Discovery>>;
-
-    /// Reads exactly `len` bytes at `offset` into a new buffer.
-    fn read_range<'a>(
-        &'a self,
-        offset: u64,
-        len: u64,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Vec<u8>>>;
-
-    /// Fetches `part` into `dest`. Must not return before every write into
-    /// `dest` it started has finished, even on error or cancellation.
-    fn read_part(
-        self: Arc<Self>,
-        part: Part,
-        dest: Arc<Destinations>,
-        cancel: CancelToken,
-    ) -> BoxFuture<'static, Result<PartStats>>;
+    /// Fetches `job.part` into `job.dest`. Must not return before every
+    /// write into `dest` it started has finished, even on error or
+    /// cancellation.
+    fn read_part(self: Arc<Self>, job: PartJob) -> BoxFuture<'static, Result<PartStats>>;
 
     /// How plans for this source should coalesce and split.
     fn plan_options(&self) -> PlanOptions;
@@ -114,6 +106,25 @@ pub trait RangeSource: Send + Sync + 'static {
     fn staging_bytes(&self, _part: &Part) -> u64 {
         0
     }
+}
+
+/// A whole object: discovery and ranged reads into memory besides parts
+/// (what opening a file needs).
+pub trait RangeSource: PartSource {
+    /// Reads up to `len` bytes from offset 0 and learns the object's size.
+    fn discover<'a>(
+        &'a self,
+        len: u64,
+        cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Discovery>>;
+
+    /// Reads exactly `len` bytes at `offset` into a new buffer.
+    fn read_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Vec<u8>>>;
 }
 
 /// How to reach a source: S3 settings and the retry policy for network

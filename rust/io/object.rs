@@ -5,7 +5,7 @@
 //! blocking calls it uses are the `objects` facade's.
 
 use super::http::HttpSource;
-use super::sink::retrying;
+use super::retry::retrying;
 use super::{local, s3, SourceOptions};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};

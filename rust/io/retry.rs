@@ -1,5 +1,6 @@
-//! When and how long to wait before fetching a part again. Shared by every
-//! network source so S3 and HTTP behave the same.
+//! When and how long to wait before sending a request again, and the loop
+//! that does so within an operation's attempts, deadline and cancellation.
+//! Shared by every network source so S3 and HTTP behave the same.
 
 use std::time::{Duration, Instant};
 
@@ -86,6 +87,59 @@ impl RetryPolicy {
     }
 }
 
+/// Runs a request again on transient failures, within the policy's
+/// attempts and the token's deadline. The closure rebuilds the request.
+pub async fn retrying<T, F, Fut>(
+    policy: &RetryPolicy,
+    cancel: &CancelToken,
+    mut request: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match bounded(request(), cancel).await {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                let delay = policy.next_delay(attempt, e, cancel.deadline())?;
+                policy.wait(delay, cancel).await?;
+            }
+        }
+    }
+}
+
+/// How often a waiting attempt looks at its load's cancel flag and deadline.
+const WATCH_EVERY: Duration = Duration::from_millis(50);
+
+/// Runs one attempt until it ends, the load is cancelled or its deadline
+/// passes. Without this a stalled response holds a failed or out-of-time
+/// load until the client's read timeout (30 s), since reads only look at
+/// the cancel flag when bytes arrive.
+pub(crate) async fn bounded<T>(
+    attempt: impl std::future::Future<Output = Result<T>>,
+    cancel: &CancelToken,
+) -> Result<T> {
+    tokio::pin!(attempt);
+    let mut watch = tokio::time::interval(WATCH_EVERY);
+    loop {
+        tokio::select! {
+            out = &mut attempt => return out,
+            _ = watch.tick() => {
+                cancel.check()?;
+                if cancel.past_deadline() {
+                    return Err(Error::new(
+                        ErrorKind::Network,
+                        "deadline passed while waiting for the server",
+                    ));
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +211,36 @@ mod tests {
         let r = rt.block_on(p.wait(Duration::from_secs(10), &cancel));
         assert_eq!(r.unwrap_err().kind(), ErrorKind::Cancelled);
         assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_stalled_attempt_ends_at_the_deadline_or_on_cancel() {
+        // io has no runtime of its own: the facades bring one.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let stalled = std::future::pending::<Result<()>>;
+        let timed = CancelToken::new().child_with_budget(Some(Duration::from_millis(200)));
+        let started = Instant::now();
+        let e = rt.block_on(bounded(stalled(), &timed)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Network);
+        assert!(e.message().contains("deadline"), "{e}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+
+        let parent = CancelToken::new();
+        let child = parent.child();
+        let p2 = parent.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            p2.cancel();
+        });
+        let started = Instant::now();
+        let e = rt.block_on(bounded(stalled(), &child)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Cancelled);
+        assert!(started.elapsed() < Duration::from_secs(2));
+
+        let done = rt.block_on(bounded(async { Ok(7) }, &CancelToken::new()));
+        assert_eq!(done.unwrap(), 7);
     }
 }

@@ -167,70 +167,7 @@ fn with_scheme(endpoint: &str, https: bool) -> String {
 }
 
 pub fn resolve(opts: &S3Options, env: &EnvSnapshot) -> Result<Resolved> {
-    let explicit_keys = match (&opts.access_key_id, &opts.secret_access_key) {
-        (Some(id), Some(secret)) => Some((id.clone(), secret.clone())),
-        (None, None) => None,
-        _ => {
-            return Err(Error::invalid(
-                "give both s3_access_key_id and s3_secret_access_key, or neither",
-            ))
-        }
-    };
-
-    let mut s3cfg_endpoint: Option<String> = None;
-    let (keys, source) = if opts.anonymous {
-        (None, CredentialSource::Anonymous)
-    } else if let Some((id, secret)) = explicit_keys {
-        if id.is_empty() && secret.is_empty() {
-            // tensorizer's convention: two empty strings ask for anonymous.
-            (None, CredentialSource::Anonymous)
-        } else {
-            (
-                Some(StaticKeys {
-                    access_key_id: id,
-                    secret_access_key: secret,
-                    session_token: opts.session_token.clone(),
-                }),
-                CredentialSource::Explicit,
-            )
-        }
-    } else if let (Some(id), Some(secret)) =
-        (env.get("S3_ACCESS_KEY_ID"), env.get("S3_SECRET_ACCESS_KEY"))
-    {
-        (
-            Some(StaticKeys {
-                access_key_id: id.to_string(),
-                secret_access_key: secret.to_string(),
-                session_token: opts.session_token.clone(),
-            }),
-            CredentialSource::VllmEnv,
-        )
-    } else {
-        let path = opts
-            .s3cfg_path
-            .clone()
-            .or_else(|| env.home.as_ref().map(|h| h.join(".s3cfg")));
-        match path.as_ref().and_then(read_s3cfg) {
-            Some(S3cfg {
-                access_key: Some(id),
-                secret_key: Some(secret),
-                host_base,
-                use_https,
-            }) => {
-                s3cfg_endpoint = host_base.map(|h| with_scheme(&h, use_https.unwrap_or(true)));
-                (
-                    Some(StaticKeys {
-                        access_key_id: id,
-                        secret_access_key: secret,
-                        session_token: None,
-                    }),
-                    CredentialSource::S3cfg,
-                )
-            }
-            _ => (None, CredentialSource::AwsChain),
-        }
-    };
-
+    let (keys, source, s3cfg_endpoint) = credentials(opts, env)?;
     let endpoint = opts
         .endpoint
         .as_deref()
@@ -272,156 +209,63 @@ pub fn resolve(opts: &S3Options, env: &EnvSnapshot) -> Result<Resolved> {
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn env(vars: &[(&str, &str)], home: Option<PathBuf>) -> EnvSnapshot {
-        EnvSnapshot {
-            vars: vars
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            home,
+/// The credential ladder: static keys and which rung gave them (none for
+/// the AWS chain, which the SDK resolves, and for anonymous access), and
+/// the endpoint of the `.s3cfg` whose keys were used.
+fn credentials(
+    opts: &S3Options,
+    env: &EnvSnapshot,
+) -> Result<(Option<StaticKeys>, CredentialSource, Option<String>)> {
+    let explicit_keys = match (&opts.access_key_id, &opts.secret_access_key) {
+        (Some(id), Some(secret)) => Some((id.clone(), secret.clone())),
+        (None, None) => None,
+        _ => {
+            return Err(Error::invalid(
+                "give both s3_access_key_id and s3_secret_access_key, or neither",
+            ))
         }
+    };
+    let keys = |id: String, secret: String, session_token: Option<String>| {
+        Some(StaticKeys {
+            access_key_id: id,
+            secret_access_key: secret,
+            session_token,
+        })
+    };
+    if opts.anonymous {
+        return Ok((None, CredentialSource::Anonymous, None));
     }
-
-    fn write_s3cfg(dir: &tempfile::TempDir, body: &str) {
-        std::fs::write(dir.path().join(".s3cfg"), body).unwrap();
+    if let Some((id, secret)) = explicit_keys {
+        // tensorizer's convention: two empty strings ask for anonymous.
+        if id.is_empty() && secret.is_empty() {
+            return Ok((None, CredentialSource::Anonymous, None));
+        }
+        let k = keys(id, secret, opts.session_token.clone());
+        return Ok((k, CredentialSource::Explicit, None));
     }
-
-    #[test]
-    fn explicit_keys_beat_everything() {
-        let r = resolve(
-            &S3Options {
-                access_key_id: Some("id".into()),
-                secret_access_key: Some("secret".into()),
-                ..Default::default()
-            },
-            &env(
-                &[("S3_ACCESS_KEY_ID", "vllm"), ("S3_SECRET_ACCESS_KEY", "x")],
-                None,
-            ),
-        )
-        .unwrap();
-        assert_eq!(r.source, CredentialSource::Explicit);
-        assert_eq!(r.keys.unwrap().access_key_id, "id");
+    if let (Some(id), Some(secret)) = (env.get("S3_ACCESS_KEY_ID"), env.get("S3_SECRET_ACCESS_KEY"))
+    {
+        let k = keys(id.into(), secret.into(), opts.session_token.clone());
+        return Ok((k, CredentialSource::VllmEnv, None));
     }
-
-    #[test]
-    fn empty_explicit_keys_mean_anonymous() {
-        let r = resolve(
-            &S3Options {
-                access_key_id: Some(String::new()),
-                secret_access_key: Some(String::new()),
-                ..Default::default()
-            },
-            &env(&[], None),
-        )
-        .unwrap();
-        assert_eq!(r.source, CredentialSource::Anonymous);
-        assert!(r.keys.is_none());
-    }
-
-    #[test]
-    fn half_explicit_keys_are_an_error() {
-        let opts = S3Options {
-            access_key_id: Some("id".into()),
-            ..Default::default()
-        };
-        assert!(resolve(&opts, &env(&[], None)).is_err());
-    }
-
-    #[test]
-    fn vllm_variables_beat_s3cfg_and_aws() {
-        let home = tempfile::tempdir().unwrap();
-        write_s3cfg(&home, "[default]\naccess_key = cfg\nsecret_key = cfgs\n");
-        let r = resolve(
-            &S3Options::default(),
-            &env(
-                &[
-                    ("S3_ACCESS_KEY_ID", "vllm"),
-                    ("S3_SECRET_ACCESS_KEY", "vs"),
-                    ("S3_ENDPOINT_URL", "http://127.0.0.1:9000"),
-                    ("AWS_ACCESS_KEY_ID", "aws"),
-                ],
-                Some(home.path().into()),
-            ),
-        )
-        .unwrap();
-        assert_eq!(r.source, CredentialSource::VllmEnv);
-        assert_eq!(r.keys.unwrap().access_key_id, "vllm");
-        assert_eq!(r.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
-        assert!(r.force_path_style);
-    }
-
-    #[test]
-    fn s3cfg_supplies_keys_and_endpoint_with_its_scheme() {
-        let home = tempfile::tempdir().unwrap();
-        write_s3cfg(
-            &home,
-            "[default]\naccess_key = cfg\nsecret_key = cfgs\nhost_base = 127.0.0.1:8333\nuse_https = False\n",
-        );
-        let r = resolve(
-            &S3Options::default(),
-            &env(
-                &[("AWS_ENDPOINT_URL", "https://aws.example")],
-                Some(home.path().into()),
-            ),
-        )
-        .unwrap();
-        assert_eq!(r.source, CredentialSource::S3cfg);
-        assert_eq!(r.endpoint.as_deref(), Some("http://127.0.0.1:8333"));
-    }
-
-    #[test]
-    fn s3cfg_without_both_keys_falls_through_to_aws() {
-        let home = tempfile::tempdir().unwrap();
-        write_s3cfg(
-            &home,
-            "[default]\naccess_key = only\nhost_base = ignored:1\n",
-        );
-        let r = resolve(
-            &S3Options::default(),
-            &env(
-                &[("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1")],
-                Some(home.path().into()),
-            ),
-        )
-        .unwrap();
-        assert_eq!(r.source, CredentialSource::AwsChain);
-        assert_eq!(r.endpoint.as_deref(), Some("http://127.0.0.1:1"));
-    }
-
-    #[test]
-    fn endpoint_order_and_region() {
-        let r = resolve(
-            &S3Options::default(),
-            &env(
-                &[
-                    ("AWS_ENDPOINT_URL_S3", "http://s3-specific"),
-                    ("AWS_ENDPOINT_URL", "http://generic"),
-                    ("AWS_DEFAULT_REGION", "eu-west-1"),
-                ],
-                None,
-            ),
-        )
-        .unwrap();
-        assert_eq!(r.endpoint.as_deref(), Some("http://s3-specific"));
-        assert_eq!(r.region.as_deref(), Some("eu-west-1"));
-        let r = resolve(&S3Options::default(), &env(&[], None)).unwrap();
-        assert_eq!(r.endpoint, None);
-        assert!(!r.force_path_style, "AWS itself uses virtual hosts");
-    }
-
-    #[test]
-    fn debug_output_hides_the_secret() {
-        let k = StaticKeys {
-            access_key_id: "id".into(),
-            secret_access_key: "hunter2".into(),
-            session_token: Some("tok".into()),
-        };
-        let s = format!("{k:?}");
-        assert!(!s.contains("hunter2") && !s.contains("tok"), "{s}");
-    }
+    let path = opts
+        .s3cfg_path
+        .clone()
+        .or_else(|| env.home.as_ref().map(|h| h.join(".s3cfg")));
+    Ok(match path.as_ref().and_then(read_s3cfg) {
+        Some(S3cfg {
+            access_key: Some(id),
+            secret_key: Some(secret),
+            host_base,
+            use_https,
+        }) => {
+            let endpoint = host_base.map(|h| with_scheme(&h, use_https.unwrap_or(true)));
+            (keys(id, secret, None), CredentialSource::S3cfg, endpoint)
+        }
+        _ => (None, CredentialSource::AwsChain, None),
+    })
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

@@ -7,6 +7,17 @@ use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use super::config::CredentialSource;
 use crate::error::{Error, ErrorKind};
 
+/// Awaits an SDK request, its error mapped by [`map`].
+pub async fn sent<T, E>(
+    request: impl std::future::Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+    creds: CredentialSource,
+) -> crate::error::Result<T>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    request.await.map_err(|e| map(e, creds))
+}
+
 pub fn map<E>(err: SdkError<E, HttpResponse>, creds: CredentialSource) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,

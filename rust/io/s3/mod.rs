@@ -14,23 +14,21 @@ pub use cache::Store;
 pub use client::S3Client;
 pub use upload::{Upload, MIN_PART};
 
-use std::sync::OnceLock;
-
 use aws_sdk_s3::operation::get_object::GetObjectOutput;
 
 pub use config::{Addressing, CredentialSource, EnvSnapshot, S3Options};
 
 use super::content_range;
+use super::ranged::{Fetched, RangedObject, Remote};
 use super::retry::RetryPolicy;
-use super::sink::{Fetched, PartSink, RangedObject, Streamer};
-use super::BoxFuture;
+use super::sink::PartSink;
 use crate::error::{Error, ErrorKind, Result};
 use crate::location::Location;
 
 pub struct S3Source {
     target: Target,
-    etag: OnceLock<Option<String>>,
-    policy: RetryPolicy,
+    /// Its version: the ETag learned at discovery.
+    remote: Remote<Option<String>>,
 }
 
 /// One object and the store it is in.
@@ -72,8 +70,7 @@ impl S3Source {
     pub async fn open(loc: &Location, opts: &S3Options, policy: RetryPolicy) -> Result<S3Source> {
         Ok(S3Source {
             target: target(loc, opts).await?,
-            etag: OnceLock::new(),
-            policy,
+            remote: Remote::new(loc.display().to_string(), policy),
         })
     }
 
@@ -86,30 +83,23 @@ impl S3Source {
             .bucket(&self.target.bucket)
             .key(&self.target.key)
             .range(format!("bytes={}-{}", start, end - 1));
-        if let Some(Some(etag)) = self.etag.get() {
+        if let Some(Some(etag)) = self.remote.pinned.get() {
             req = req.if_match(etag);
         }
         req.send()
             .await
             .map_err(|e| errors::map(e, c.creds).with_range(start..end))
     }
+}
 
-    /// One ranged GET, streamed into `sink`.
-    async fn get_into(&self, start: u64, end: u64, sink: &mut PartSink<'_>) -> Result<()> {
-        let out = self.get(start, end).await?;
-        content_range::check(out.content_range(), false, start, end)?;
-        let mut body = out.body;
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| {
-                Error::new(ErrorKind::Network, format!("response body broke off: {e}"))
-                    .with_range(start..end)
-            })?;
-            sink.write(&chunk)?;
-        }
-        Ok(())
+impl RangedObject for S3Source {
+    type Version = Option<String>;
+
+    fn remote(&self) -> &Remote<Option<String>> {
+        &self.remote
     }
 
-    async fn get_bytes_once(&self, start: u64, len: u64) -> Result<Fetched<Option<String>>> {
+    async fn get_once(&self, start: u64, len: u64) -> Result<Fetched<Option<String>>> {
         let end = start + len;
         let out = self.get(start, end).await?;
         let total = content_range::check(out.content_range(), false, start, end)?.or_else(|| {
@@ -128,36 +118,19 @@ impl S3Source {
             version: etag,
         })
     }
-}
 
-impl Streamer for S3Source {
-    fn stream<'a, 'b: 'a>(
-        &'a self,
-        start: u64,
-        end: u64,
-        sink: &'a mut PartSink<'b>,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(self.get_into(start, end, sink))
-    }
-}
-
-impl RangedObject for S3Source {
-    type Version = Option<String>;
-
-    fn shown_uri(&self) -> &str {
-        &self.target.uri
-    }
-
-    fn policy(&self) -> &RetryPolicy {
-        &self.policy
-    }
-
-    fn get_once(&self, start: u64, len: u64) -> BoxFuture<'_, Result<Fetched<Option<String>>>> {
-        Box::pin(self.get_bytes_once(start, len))
-    }
-
-    fn pin(&self, etag: Option<String>) {
-        // First writer wins; discovery happens once per source.
-        let _ = self.etag.set(etag);
+    /// One ranged GET, streamed into `sink`.
+    async fn stream(&self, start: u64, end: u64, sink: &mut PartSink<'_>) -> Result<()> {
+        let out = self.get(start, end).await?;
+        content_range::check(out.content_range(), false, start, end)?;
+        let mut body = out.body;
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| {
+                Error::new(ErrorKind::Network, format!("response body broke off: {e}"))
+                    .with_range(start..end)
+            })?;
+            sink.write(&chunk)?;
+        }
+        Ok(())
     }
 }

@@ -9,8 +9,8 @@ use super::{S3Client, Target};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::capped::CappedBody;
+use crate::io::retry::retrying;
 use crate::io::retry::RetryPolicy;
-use crate::io::sink::retrying;
 use crate::location::Location;
 
 /// The object at `loc` if it exists and holds at most `max_bytes`.
@@ -37,14 +37,8 @@ async fn get_once(
     max_bytes: u64,
     cancel: &CancelToken,
 ) -> Result<Vec<u8>> {
-    let out = c
-        .client
-        .get_object()
-        .bucket(&t.bucket)
-        .key(&t.key)
-        .send()
-        .await
-        .map_err(|e| errors::map(e, c.creds))?;
+    let out = c.client.get_object().bucket(&t.bucket).key(&t.key).send();
+    let out = errors::sent(out, c.creds).await?;
     let declared = out.content_length().and_then(|l| u64::try_from(l).ok());
     // A store that sent no length (or a wrong one) still cannot make us
     // hold more than the limit.
@@ -70,19 +64,32 @@ pub async fn put(
     let t = super::target(loc, opts).await?;
     let c = t.client().await?;
     let body = bytes::Bytes::copy_from_slice(data);
+    put_body(&c, &t.bucket, &t.key, body, policy, cancel)
+        .await
+        .map_err(|e| e.with_uri(loc.display()))
+}
+
+/// One PutObject of `body`, retried (also the upload of a small save).
+pub async fn put_body(
+    c: &S3Client,
+    bucket: &str,
+    key: &str,
+    body: bytes::Bytes,
+    policy: &RetryPolicy,
+    cancel: &CancelToken,
+) -> Result<()> {
     retrying(policy, cancel, || {
         let req = c
             .client
             .put_object()
-            .bucket(&t.bucket)
-            .key(&t.key)
+            .bucket(bucket)
+            .key(key)
             .content_length(body.len() as i64)
             .body(ByteStream::from(body.clone()));
-        async move { req.send().await.map_err(|e| errors::map(e, c.creds)) }
+        errors::sent(req.send(), c.creds)
     })
     .await
     .map(|_| ())
-    .map_err(|e| e.with_uri(loc.display()))
 }
 
 /// DeleteObject; an object that is already gone is not an error.
@@ -96,7 +103,7 @@ pub async fn delete(
     let c = t.client().await?;
     let done = retrying(policy, cancel, || {
         let req = c.client.delete_object().bucket(&t.bucket).key(&t.key);
-        async move { req.send().await.map_err(|e| errors::map(e, c.creds)) }
+        errors::sent(req.send(), c.creds)
     })
     .await;
     match done {

@@ -12,11 +12,12 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use super::object::put_body;
 use super::{errors, target, S3Client, S3Options};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
+use crate::io::retry::retrying;
 use crate::io::retry::RetryPolicy;
-use crate::io::sink::retrying;
 use crate::location::Location;
 
 /// Parts uploaded at once; each holds one part in memory.
@@ -76,7 +77,7 @@ impl Upload {
                 .create_multipart_upload()
                 .bucket(&self.bucket)
                 .key(&self.key);
-            async move { req.send().await.map_err(|e| errors::map(e, *creds)) }
+            errors::sent(req.send(), *creds)
         })
         .await?;
         let id = out
@@ -115,7 +116,7 @@ impl Upload {
                     .part_number(number)
                     .content_length(len)
                     .body(ByteStream::from(body.clone()));
-                async move { req.send().await.map_err(|e| errors::map(e, creds)) }
+                errors::sent(req.send(), creds)
             })
             .await?;
             drop(permit);
@@ -151,19 +152,8 @@ impl Upload {
 
     async fn complete(&mut self, rest: Bytes) -> Result<()> {
         if self.upload_id.is_none() {
-            let S3Client { client, creds } = &self.client;
-            let len = rest.len() as i64;
-            return retrying(&self.policy, &self.cancel, || {
-                let req = client
-                    .put_object()
-                    .bucket(&self.bucket)
-                    .key(&self.key)
-                    .content_length(len)
-                    .body(ByteStream::from(rest.clone()));
-                async move { req.send().await.map_err(|e| errors::map(e, *creds)) }
-            })
-            .await
-            .map(|_| ());
+            let (policy, cancel) = (&self.policy, &self.cancel);
+            return put_body(&self.client, &self.bucket, &self.key, rest, policy, cancel).await;
         }
         if !rest.is_empty() {
             self.send_part(rest).await?;

@@ -1,0 +1,165 @@
+//! What every network source (S3, HTTP) shares: one `RangeSource`
+//! implementation over the two requests each source makes its own way (see
+//! [`RangedObject`]), with the same retries, version pinning and part
+//! sizing for both. A retry resumes where the last attempt stopped, so a
+//! failure late in a part re-fetches only what is missing.
+
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+
+use super::retry::{bounded, retrying, RetryPolicy};
+use super::sink::{
+    exact, network_part_size, PartSink, NETWORK_CONCURRENCY, NETWORK_MAX_CONCURRENCY, NETWORK_PLAN,
+};
+use super::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource};
+use crate::cancel::CancelToken;
+use crate::error::{Error, ErrorKind, Result};
+use crate::plan::PlanOptions;
+
+/// One ranged GET read into memory: the bytes, the object's total size when
+/// the response says it, and the version the source would pin.
+pub struct Fetched<V> {
+    pub bytes: Vec<u8>,
+    pub total: Option<u64>,
+    pub version: V,
+}
+
+/// What a network source holds besides its client: the URI as shown in
+/// messages (never credentials or signatures), its retry policy, and the
+/// version discovery pinned (an ETag, or a Last-Modified date), so a
+/// replaced object fails instead of mixing.
+pub struct Remote<V> {
+    pub shown: String,
+    pub policy: RetryPolicy,
+    pub pinned: OnceLock<V>,
+}
+
+impl<V> Remote<V> {
+    pub fn new(shown: String, policy: RetryPolicy) -> Remote<V> {
+        Remote {
+            shown,
+            policy,
+            pinned: OnceLock::new(),
+        }
+    }
+}
+
+/// The two requests that differ between S3 and HTTP.
+pub trait RangedObject: Send + Sync + 'static {
+    type Version: Send + Sync;
+
+    fn remote(&self) -> &Remote<Self::Version>;
+
+    /// One attempt at `len` bytes from `start`, read into memory.
+    fn get_once(
+        &self,
+        start: u64,
+        len: u64,
+    ) -> impl Future<Output = Result<Fetched<Self::Version>>> + Send;
+
+    /// One attempt at streaming `[start, end)` into `sink`.
+    fn stream(
+        &self,
+        start: u64,
+        end: u64,
+        sink: &mut PartSink<'_>,
+    ) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// Fetches one part, retrying transient failures from where they stopped.
+async fn read_part_retrying<S: RangedObject>(src: &S, job: &PartJob) -> Result<PartStats> {
+    let PartJob { part, dest, cancel } = job;
+    let policy = &src.remote().policy;
+    let mut sink = PartSink::new(part, dest, cancel);
+    let mut stats = PartStats::default();
+    let mut attempt = 0u32;
+    loop {
+        cancel.check()?;
+        attempt += 1;
+        stats.requests += 1;
+        let start = sink.position();
+        let outcome = bounded(src.stream(start, part.end, &mut sink), cancel).await;
+        stats.bytes_fetched += sink.position() - start;
+        let err = match outcome {
+            Ok(()) if sink.remaining() == 0 => return Ok(stats),
+            Ok(()) => Error::new(
+                ErrorKind::Network,
+                format!("response ended {} bytes early", sink.remaining()),
+            ),
+            Err(e) => e,
+        };
+        let err = err.with_range(part.start..part.end);
+        let delay = policy.next_delay(attempt, err, cancel.deadline())?;
+        stats.retries += 1;
+        policy.wait(delay, cancel).await?;
+    }
+}
+
+impl<T: RangedObject> PartSource for T {
+    fn uri(&self) -> &str {
+        &self.remote().shown
+    }
+
+    fn read_part(self: Arc<Self>, job: PartJob) -> BoxFuture<'static, Result<PartStats>> {
+        Box::pin(async move { read_part_retrying(self.as_ref(), &job).await })
+    }
+
+    fn plan_options(&self) -> PlanOptions {
+        NETWORK_PLAN
+    }
+
+    fn default_concurrency(&self) -> usize {
+        NETWORK_CONCURRENCY
+    }
+
+    fn max_concurrency(&self) -> Option<usize> {
+        Some(NETWORK_MAX_CONCURRENCY)
+    }
+
+    fn populates_ahead(&self) -> bool {
+        true
+    }
+
+    fn part_size_for(&self, bytes: u64) -> Option<u64> {
+        Some(network_part_size(bytes))
+    }
+}
+
+impl<T: RangedObject> RangeSource for T {
+    fn discover<'a>(
+        &'a self,
+        len: u64,
+        cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Discovery>> {
+        Box::pin(async move {
+            let len = len.max(1);
+            let policy = &self.remote().policy;
+            let got = retrying(policy, cancel, || self.get_once(0, len)).await?;
+            let size = got.total.ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Network,
+                    "the response did not say how large the object is",
+                )
+            })?;
+            // First writer wins; discovery happens once per source.
+            let _ = self.remote().pinned.set(got.version);
+            Ok(Discovery {
+                prefix: got.bytes,
+                size,
+            })
+        })
+    }
+
+    fn read_range<'a>(
+        &'a self,
+        offset: u64,
+        len: u64,
+        cancel: &'a CancelToken,
+    ) -> BoxFuture<'a, Result<Vec<u8>>> {
+        Box::pin(async move {
+            let policy = &self.remote().policy;
+            let got = retrying(policy, cancel, || self.get_once(offset, len)).await?;
+            exact(got.bytes, offset, len)
+        })
+    }
+}
