@@ -23,12 +23,12 @@ impl TensorFile {
         cancel.check()?;
         let entry = &self.index.entries[e];
         let (hptr, hlen) = headers.get(i);
-        // SAFETY: every part writing this header has landed (the caller
-        // calls this only then) and none writes it again; the buffer is
-        // owned by `load_into` and outlives the load.
         let header: &[u8] = if hlen == 0 {
             &[]
         } else {
+            // SAFETY: every part writing this header has landed (the caller
+            // calls this only then) and none writes it again; the buffer is
+            // owned by `load_into` and outlives the load.
             unsafe { std::slice::from_raw_parts(hptr, hlen) }
         };
         // A sliced tensor has no header read (see `load_into`).
@@ -47,13 +47,13 @@ impl TensorFile {
             )
         };
         let (ptr, len) = dests.get(i);
-        // SAFETY: as for the header: all of this tensor's bytes have landed
-        // and nothing else writes or reads them until the load returns; the
-        // caller's contract makes the region valid for `len` bytes; each `i`
-        // is handled by exactly one thread.
         let data: &mut [u8] = if len == 0 {
             &mut []
         } else {
+            // SAFETY: as for the header: all of this tensor's bytes have
+            // landed and nothing else writes or reads them until the load
+            // returns; the caller's contract makes the region valid for `len`
+            // bytes; each `i` is handled by exactly one thread.
             unsafe { std::slice::from_raw_parts_mut(ptr, len) }
         };
         if entry.is_meta() {
