@@ -5,6 +5,12 @@
 //! byte goes, [`exec`] fetches them concurrently into destination memory, and
 //! [`session`] ties these together for one opened file. The `py` module (only
 //! with the `python` feature) is the sole place that knows about Python.
+//!
+//! Layers, each using only those below it: `py` → the facades [`session`],
+//! [`save`] and [`objects`] (the only code that blocks on the runtime) →
+//! [`exec`] → [`io`] (async only) → [`buffer`] → [`plan`] → `format` →
+//! [`error`]; [`location`] (a URI parsed once), [`cancel`] and [`fork`]
+//! (per-process state) sit at the bottom beside `error`.
 
 pub mod buffer;
 pub mod cancel;
