@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from . import _native, _progress, bench, packed
+from .crypt import EncryptionKey, NativeKey
 from .errors import FastshardError, FormatError, IntegrityError, InvalidArgumentError
 
 # verify reuses one buffer of this size, so memory stays bounded whatever the
@@ -124,7 +125,7 @@ def _verify(
     sizes: list[int],
     pool: bytearray,
     progress: _native.Progress | None = None,
-    key: tuple[str, bytes, int, int] | None = None,
+    key: NativeKey | None = None,
 ) -> None:
     need = sum(sizes[i] for i in indices)
     mem = memoryview(pool if need <= len(pool) else bytearray(need))
@@ -136,11 +137,9 @@ def _verify(
     reader.load(indices, views, verify_hash=True, progress=progress, encryption=key)
 
 
-def _key(args: argparse.Namespace) -> tuple[str, bytes, int, int] | None:
+def _key(args: argparse.Namespace) -> NativeKey | None:
     """The key of ``--key-file`` or ``--passphrase-env``: never a command-line
     value, which other users of the machine could read in the process list."""
-    from .crypt import EncryptionKey
-
     if args.key_file:
         return EncryptionKey.from_file(args.key_file).native()
     if args.passphrase_env:
@@ -176,8 +175,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     except IntegrityError as one:
                         bad.append(one)
     seconds = time.perf_counter() - started
-    for err in bad:
-        print(f"MISMATCH {err}", file=sys.stderr)
+    for mismatch in bad:
+        print(f"MISMATCH {mismatch}", file=sys.stderr)
     if bad:
         print(f"{reader.uri}: {len(bad)} of {len(entries)} tensors failed verification")
         return EXIT_MISMATCH

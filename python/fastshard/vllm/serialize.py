@@ -21,9 +21,9 @@ from typing import Any
 
 import torch
 
-from .. import __version__, shard, writer
+from .. import __version__, _location, shard, writer
+from .._options import save_settings, source_options
 from ..errors import InvalidArgumentError
-from ..reader import source_options
 from . import ranks as _ranks
 from .artifacts import copy_artifacts, model_directory
 from .checkpoint import check_loadable, checkpoint_form
@@ -35,13 +35,13 @@ log = logging.getLogger("fastshard")
 
 def _template(uri: str) -> str:
     """The per-rank template for ``uri``; a local directory is created."""
-    if shard.is_directory(uri) or uri.endswith("/"):
-        uri = uri.rstrip("/") + "/" + shard.DEFAULT_TEMPLATE
+    if _location.is_dir(uri):
+        uri = _location.child(uri, shard.DEFAULT_TEMPLATE)
     if not shard.is_template(uri):
         raise InvalidArgumentError(
             f"{uri!r} is neither a directory nor a per-rank template (model-rank-%03d.tensors)"
         )
-    path = shard.local_path(uri)
+    path = _location.local_path(uri)
     if path is not None and os.path.dirname(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
     return uri
@@ -75,7 +75,7 @@ def save_rank(
         model.register_parameter(name, torch.nn.Parameter(marker, requires_grad=False))
     try:
         size, digest = writer._write(
-            target, writer._entries(model), None, writer._native_opts(native), sha256=True
+            target, writer._entries(model), None, save_settings(native), sha256=True
         )
     finally:
         for name in added:
@@ -141,7 +141,7 @@ def serialize(
     if artifacts:
         model_config = llm.llm_engine.model_config
         source = model_directory(str(model_config.model), model_config.revision)
-        dest_dir = template[: template.rfind("/") + 1]
+        dest_dir = _location.directory(template)
         copied = copy_artifacts(source, dest_dir, source_opts)
         log.info("fastshard: copied %d artifacts to %s: %s", len(copied), dest_dir, copied)
     return location

@@ -19,6 +19,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from .. import _location
 from .artifacts import cache_dir_for, cache_root, fetch_artifacts
 
 _OWNED = ("--load-format", "--model-loader-extra-config")
@@ -33,7 +34,7 @@ def vllm_command(
                 f"fastshard serve: {arg.split('=', 1)[0]} is set by fastshard serve; pass "
                 "loader keys with --loader-config JSON"
             )
-    extra = {**loader_config, "uri": uri if uri.endswith("/") else uri + "/"}
+    extra = {**loader_config, "uri": _location.as_directory(uri)}
     return [
         "vllm",
         "serve",
