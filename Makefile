@@ -38,6 +38,7 @@ PYTEST_ARGS ?=
 PYTEST_TIMEOUT ?= 900
 
 .PHONY: help setup develop develop-release develop-demo test test-rust test-py test-vllm033 lint fmt-check clippy ruff \
+	mypy stubtest layers \
 	fmt fuzz bench bench-remote bench-ready bench-tp demo demo-local wheel gpu-check clean distclean
 
 help: ## List the targets
@@ -85,7 +86,7 @@ test-py: develop ## pytest -q, each test limited to PYTEST_TIMEOUT s (exit 5, "n
 test-vllm033: develop ## The plugin-contract tests against vLLM 0.33.0, in .venv-vllm033 (scripts/vllm033.sh; ~4.6 GB once)
 	@$(TIMED) test-vllm033 scripts/vllm033.sh $(PYTEST_ARGS)
 
-lint: fmt-check ruff clippy ## rustfmt --check, ruff check + format --check, clippy -D warnings
+lint: fmt-check ruff clippy mypy stubtest layers ## rustfmt --check, ruff, clippy -D warnings, mypy, stubtest, layers
 
 fmt-check: setup ## cargo fmt --check
 	@$(TIMED) rustfmt-check $(CARGO) fmt --all -- --check
@@ -93,6 +94,20 @@ fmt-check: setup ## cargo fmt --check
 ruff: setup ## ruff check and ruff format --check over all Python
 	@$(TIMED) ruff-check $(VENV_ABS)/bin/ruff check .
 	@$(TIMED) ruff-format-check $(VENV_ABS)/bin/ruff format --check .
+
+mypy: setup ## mypy --strict over python/fastshard (settings: pyproject.toml [tool.mypy])
+	@$(TIMED) mypy $(VENV_ABS)/bin/mypy
+
+# The stubs are written by hand; stubtest compares them with the module built
+# by `make develop`, so a renamed argument or a missing class fails here.
+stubtest: develop ## python/fastshard/_native.pyi against the built fastshard._native
+	@$(TIMED) stubtest $(PY) -m mypy.stubtest fastshard._native --mypy-config-file pyproject.toml
+
+# --rust also fails on Rust modules that import each other (reported only
+# until the Rust tree is clean of them).
+LAYERS_ARGS ?=
+layers: setup ## scripts/check_layers.py: no Python import cycle (reports Rust module pairs)
+	@$(TIMED) layers $(PY) scripts/check_layers.py $(LAYERS_ARGS)
 
 clippy: setup ## cargo clippy -D warnings, with and without the "python" feature
 	@$(TIMED) clippy-core $(CARGO) clippy --all-targets --no-default-features -- -D warnings
@@ -130,7 +145,7 @@ gpu-check: ## On a CUDA machine with the wheel installed: benches/gpu_check.py (
 
 clean: ## Remove build outputs, benchmark scratch files and caches (keeps .venv)
 	$(CARGO) clean
-	rm -rf .bench build dist .pytest_cache .ruff_cache .hypothesis
+	rm -rf .bench build dist .pytest_cache .ruff_cache .mypy_cache .hypothesis
 	rm -f python/fastshard/*.so
 	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 

@@ -24,7 +24,7 @@ MEMLIMIT_MODERATE = 256 << 20
 _MEMLIMIT_MIN = 8192
 
 _Kind = Literal["key", "passphrase"]
-# What the native module takes as ``encryption=`` (_native.EncryptionTuple).
+# What the native module takes as ``encryption=`` (_native._EncryptionTuple).
 NativeKey = tuple[_Kind, bytes, int, int]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Unpack
 
 import torch
 
@@ -14,9 +14,6 @@ from ._options import OpenOptions
 from ._types import LoadStats
 from .errors import FormatError, InvalidArgumentError
 from .reader import TensorFile
-
-if TYPE_CHECKING:
-    from typing import Unpack
 
 _LIST_LIMIT = 20
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Unpack
 
 import torch
 
@@ -16,9 +16,6 @@ from ._nested import StateDict
 from ._options import Budget, OpenOptions
 from ._types import LoadStats, NameOrPath, TensorInfo
 from .errors import InvalidArgumentError, NotFoundError, ShardMismatchError
-
-if TYPE_CHECKING:
-    from typing import Unpack
 
 # Kept importable from here: they were defined in this module before it was split.
 __all__ = ["LoadStats", "TensorFile", "TensorInfo", "load_state_dict", "open"]

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Unpack
 
 import torch
 
 from . import _location, _native, _options, _torch, packed, shard
 from ._options import SaveOptions
 from .errors import InvalidArgumentError
-
-if TYPE_CHECKING:
-    from typing import Unpack
 
 PathPart = str | int
 _Spec = tuple[str | list[PathPart], int, int, torch.Tensor]  # name, type, module idx
@@ -126,11 +123,10 @@ def _write(
         owners.append(owner)
 
     def write(exact: bool) -> tuple[int, str | None]:
-        if sha256:
-            return _native.write_file(
-                path, specs, buffers, exact_index=exact, sha256=True, **native_opts
-            )
-        return _native.write_file(path, specs, buffers, exact_index=exact, **native_opts), None
+        out = _native.write_file(
+            path, specs, buffers, exact_index=exact, sha256=sha256, **native_opts
+        )
+        return out if isinstance(out, tuple) else (out, None)
 
     if exact_index is not None:
         return write(exact_index)
