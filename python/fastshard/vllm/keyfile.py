@@ -4,6 +4,7 @@ the loader (and vLLM's loader registry) just to read a key."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from .. import _location, _native
@@ -14,7 +15,7 @@ from ..errors import NotFoundError
 _KEY_MAX_BYTES = 64
 
 
-def encryption_key(keyfile: str, opts: dict[str, Any]) -> EncryptionKey:
+def encryption_key(keyfile: str, opts: Mapping[str, Any]) -> EncryptionKey:
     """The key in ``keyfile``: a local path, or an ``s3://`` / ``http(s)://``
     object read with the weights' source options."""
     path = _location.local_path(keyfile)

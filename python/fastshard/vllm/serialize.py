@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 
 from .. import __version__, _location, shard, writer
-from .._options import save_settings, source_options
+from .._options import SourceOptions, save_settings, source_options
 from ..errors import InvalidArgumentError
 from . import ranks as _ranks
 from .artifacts import copy_artifacts, model_directory
@@ -53,7 +53,7 @@ def save_rank(
     *,
     encryption_keyfile: str | None = None,
     processed: bool = False,
-    **opts: Any,
+    **opts: Unpack[SourceOptions],
 ) -> dict[str, Any]:
     """Write this worker's rank of ``model`` to ``uri`` (a template or a
     directory); returns ``{"rank", "world_size", "uri", "size", "sha256"}``.
@@ -65,7 +65,7 @@ def save_rank(
     ranks = _ranks.current()
     template = _template(uri)
     target = shard.format_rank(template, ranks.file_rank)
-    native = dict(opts)
+    native: dict[str, Any] = dict(opts)
     if encryption_keyfile is not None:
         native["encryption"] = encryption_key(encryption_keyfile, opts)
     markers = (MARKER,) if processed else (MARKER, CHECKPOINT_MARKER)
@@ -108,7 +108,7 @@ def serialize(
     *,
     encryption_keyfile: str | None = None,
     artifacts: bool = True,
-    **opts: Any,
+    **opts: Unpack[SourceOptions],
 ) -> str:
     """Write every rank of ``llm`` (a ``vllm.LLM`` started with
     ``worker_extension_cls=WORKER_EXTENSION``) to ``uri`` (a directory or
@@ -119,7 +119,7 @@ def serialize(
     template = _template(uri)
     source_opts = source_options(opts)
     shard.remove_stale_manifest(template, source_opts)
-    options = dict(opts)
+    options: dict[str, Any] = dict(opts)
     if encryption_keyfile is not None:
         options["encryption_keyfile"] = encryption_keyfile
     results = llm.collective_rpc(SAVE_METHOD, kwargs={"uri": template, "options": options})
