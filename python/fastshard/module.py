@@ -30,9 +30,12 @@ class _Target:
 
 
 @dataclass(frozen=True)
-class _Job:
+class _Planned:
+    """One matched name: the model's tensor and the load that fills it (into
+    a new tensor, for a meta one)."""
+
     target: _Target
-    job: _dispatch.Job  # its dest is a new tensor for a meta one
+    job: _dispatch.Job
 
 
 def _targets(model: torch.nn.Module) -> dict[str, _Target]:
@@ -151,9 +154,9 @@ def _plan(
     in_file: dict[str, int],
     slices: dict[str, tp.Slice | None],
     device: torch.device,
-) -> list[_Job]:
+) -> list[_Planned]:
     """One job per matched name; meta tensors get memory on ``device``."""
-    jobs: list[_Job] = []
+    jobs: list[_Planned] = []
     replaced: dict[int, torch.Tensor] = {}  # id(meta tensor) → its new CPU tensor
     claimed: list[tuple[int, int]] = []  # memory ranges already filled in place
     order = sorted((in_file[n], n) for n in targets if n in in_file)
@@ -170,7 +173,7 @@ def _plan(
                 replaced[id(dest)] = torch.empty(shape, dtype=dest.dtype, device=device)
             dest = replaced[id(dest)]
         in_place = _in_place_ok(dest, info.dtype, claimed)
-        jobs.append(_Job(t, _dispatch.Job(index, sl, shape, dest, in_place)))
+        jobs.append(_Planned(t, _dispatch.Job(index, sl, shape, dest, in_place)))
     return jobs
 
 
@@ -190,7 +193,7 @@ def _in_place_ok(dest: torch.Tensor, dtype: torch.dtype, claimed: list[tuple[int
     return True
 
 
-def _apply(jobs: list[_Job]) -> None:
+def _apply(jobs: list[_Planned]) -> None:
     """After a successful read (temporaries already copied): install new
     tensors in place of meta ones, keeping Parameter-ness, requires_grad and
     attributes."""

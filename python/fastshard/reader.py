@@ -17,7 +17,7 @@ from ._options import Budget, OpenOptions
 from ._types import LoadStats, NameOrPath, TensorInfo
 from .errors import InvalidArgumentError, NotFoundError, ShardMismatchError
 
-# Kept importable from here: they were defined in this module before it was split.
+# LoadStats and TensorInfo live in _types; they stay importable from here.
 __all__ = ["LoadStats", "TensorFile", "TensorInfo", "load_state_dict", "open"]
 
 
@@ -94,6 +94,8 @@ class TensorFile:
         self._index = Index(entries, self.uri)
         self.nested = self._index.nested
         self.discovery_seconds = time.perf_counter() - opened_at
+        # What loads the tensors (native loads, progress, stats); every load
+        # path (this class's, fastshard.load's) goes through it.
         self.engine = Engine(
             reader, settings, self._index.infos, native_index, self.discovery_seconds
         )
