@@ -62,15 +62,12 @@ class Shaper:
     jitter_ms: float = 0.0
     rate_mbps: float = 25.0
     port: int = 0
+    endpoint: str = ""  # http://127.0.0.1:port, once started
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
-    @property
-    def endpoint(self) -> str:
-        return loopback(self.port)
-
-    @property
-    def _stats_path(self) -> Path:
-        return self.root / "shaper-stats.json"
+    def __post_init__(self) -> None:
+        # Counters the proxy rewrites every 100 ms (``stats``).
+        self._stats_path = self.root / "shaper-stats.json"
 
     def start(self, binary: str | None = None) -> Shaper:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -95,6 +92,7 @@ class Shaper:
             text = log.read_text(errors="replace")
             if text.startswith("listening "):
                 self.port = int(text.split()[1].rsplit(":", 1)[1])
+                self.endpoint = loopback(self.port)
                 return self
             if self.proc.poll() is not None:
                 break
