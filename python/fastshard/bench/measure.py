@@ -118,7 +118,13 @@ def _ranks(case: Case, timeout: float) -> dict[str, Any]:
         if case.spec.get("cooperative"):
             base["group_file"] = os.path.join(shared, "group")
         procs = [_spawn(case, {**base, "rank": r}) for r in range(case.world_size)]
-        outs = [_finish(p, case, timeout) for p in procs]
+        try:
+            outs = [_finish(p, case, timeout) for p in procs]
+        except BaseException:
+            for p in procs:  # the others would wait at the barrier for the one that failed
+                p.kill()
+                p.wait()
+            raise
     finally:
         shutil.rmtree(shared, ignore_errors=True)
     begin = min(o["start"] for o in outs)
