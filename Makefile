@@ -118,17 +118,17 @@ fmt: setup ## Reformat Rust and Python sources in place
 	$(VENV_ABS)/bin/ruff format .
 	$(VENV_ABS)/bin/ruff check --fix .
 
-bench: develop-release ## Release build, then benches/bench_local.py (BENCH_ARGS="--runs 5 ...")
-	@$(TIMED) bench-local $(PY) benches/bench_local.py $(BENCH_ARGS)
+bench: develop-release ## Release build, then fastshard bench --preset local (BENCH_ARGS="--runs 5 ..."; presets: fastshard bench --help)
+	@$(TIMED) bench-local $(PY) -m fastshard bench --preset local $(BENCH_ARGS)
 
-bench-remote: develop-release ## Release build, then benches/bench_remote.py against SeaweedFS + nginx (BENCH_ARGS="--quick ...")
-	@$(TIMED) bench-remote $(PY) benches/bench_remote.py $(BENCH_ARGS)
+bench-remote: develop-release ## Release build, then fastshard bench --preset remote: SeaweedFS + nginx (BENCH_ARGS="--quick ...")
+	@$(TIMED) bench-remote $(PY) -m fastshard bench --preset remote $(BENCH_ARGS)
 
-bench-ready: develop-release ## Release build, then benches/bench_ready.py: vllm serve to first completion, fastshard vs vLLM's loaders, local and S3
-	@$(TIMED) bench-ready $(PY) benches/bench_ready.py $(BENCH_ARGS)
+bench-ready: develop-release ## Release build, then fastshard bench --preset ready: vllm serve to first completion, fastshard vs vLLM's loaders, local and S3
+	@$(TIMED) bench-ready $(PY) -m fastshard bench --preset ready $(BENCH_ARGS)
 
-bench-tp: develop-release ## Release build, then benches/bench_tp.py: world size 4 from one model on SeaweedFS, every layout vs tensorizer
-	@$(TIMED) bench-tp $(PY) benches/bench_tp.py $(BENCH_ARGS)
+bench-tp: develop-release ## Release build, then fastshard bench --preset tp: world size 4 from one model on SeaweedFS, every layout vs tensorizer
+	@$(TIMED) bench-tp $(PY) -m fastshard bench --preset tp $(BENCH_ARGS)
 
 demo: develop-demo ## The main job: a ~1 GiB model on a local S3 server, loaded by 4 ranks (fastshard vs tensorizer)
 	@$(TIMED) demo $(PY) scripts/demo_s3.py $(DEMO_ARGS)

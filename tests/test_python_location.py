@@ -1,4 +1,4 @@
-"""fastshard._location: what every part of the Python layer asks of a URI
+"""fastshard._location (Python): what every part of the Python layer asks of a URI
 (its kind, local path, query string, display form, folder), answered in
 one place; these cases are what a reimplementation over the native
 Location type must keep."""

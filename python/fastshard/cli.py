@@ -15,7 +15,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import _native, _progress, bench, packed
+from . import _native, _progress, packed
+from .bench import command as bench_command
 from .crypt import EncryptionKey, NativeKey
 from .errors import FastshardError, FormatError, IntegrityError, InvalidArgumentError
 
@@ -229,11 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="encrypted files: the name of an environment variable holding the passphrase",
     )
     p.set_defaults(func=cmd_verify)
-    p = sub.add_parser(
-        "bench", help="benchmark fastshard against the raw ceiling and the other loaders"
+    # Listed here; its presets parse their own options (main hands them over).
+    sub.add_parser(
+        "bench",
+        add_help=False,
+        help="benchmark fastshard against the raw ceiling and the other loaders "
+        "(`fastshard bench --help`)",
     )
-    bench.build_parser(p)
-    p.set_defaults(func=bench.run_args)
     from .vllm import serialize_cli, serve  # import neither torch nor vLLM until run
 
     serve.add_parser(sub)
@@ -242,8 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv[:1] == ["bench"]:
+            return bench_command.main(argv[1:])
+        args = build_parser().parse_args(argv)
         return int(args.func(args))
     except BrokenPipeError:
         # `fastshard inspect … | head`: the reader left; that is not an error.
