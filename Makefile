@@ -38,6 +38,7 @@ PYTEST_ARGS ?=
 PYTEST_TIMEOUT ?= 900
 
 .PHONY: help setup develop develop-release develop-demo test test-rust test-py test-vllm033 lint fmt-check clippy ruff \
+	mypy stubtest layers \
 	fmt fuzz bench bench-remote bench-ready bench-tp demo demo-local wheel gpu-check clean distclean
 
 help: ## List the targets
@@ -85,7 +86,7 @@ test-py: develop ## pytest -q, each test limited to PYTEST_TIMEOUT s (exit 5, "n
 test-vllm033: develop ## The plugin-contract tests against vLLM 0.33.0, in .venv-vllm033 (scripts/vllm033.sh; ~4.6 GB once)
 	@$(TIMED) test-vllm033 scripts/vllm033.sh $(PYTEST_ARGS)
 
-lint: fmt-check ruff clippy ## rustfmt --check, ruff check + format --check, clippy -D warnings
+lint: fmt-check ruff clippy mypy stubtest layers ## rustfmt --check, ruff, clippy -D warnings, mypy, stubtest, layers
 
 fmt-check: setup ## cargo fmt --check
 	@$(TIMED) rustfmt-check $(CARGO) fmt --all -- --check
@@ -93,6 +94,20 @@ fmt-check: setup ## cargo fmt --check
 ruff: setup ## ruff check and ruff format --check over all Python
 	@$(TIMED) ruff-check $(VENV_ABS)/bin/ruff check .
 	@$(TIMED) ruff-format-check $(VENV_ABS)/bin/ruff format --check .
+
+mypy: setup ## mypy --strict over python/fastshard (settings: pyproject.toml [tool.mypy])
+	@$(TIMED) mypy $(VENV_ABS)/bin/mypy
+
+# The stubs are written by hand; stubtest compares them with the module built
+# by `make develop`, so a renamed argument or a missing class fails here.
+stubtest: develop ## python/fastshard/_native.pyi against the built fastshard._native
+	@$(TIMED) stubtest $(PY) -m mypy.stubtest fastshard._native --mypy-config-file pyproject.toml
+
+# --rust also fails on Rust modules that import each other (reported only
+# until the Rust tree is clean of them).
+LAYERS_ARGS ?=
+layers: setup ## scripts/check_layers.py: no Python import cycle (reports Rust module pairs)
+	@$(TIMED) layers $(PY) scripts/check_layers.py $(LAYERS_ARGS)
 
 clippy: setup ## cargo clippy -D warnings, with and without the "python" feature
 	@$(TIMED) clippy-core $(CARGO) clippy --all-targets --no-default-features -- -D warnings
@@ -103,17 +118,17 @@ fmt: setup ## Reformat Rust and Python sources in place
 	$(VENV_ABS)/bin/ruff format .
 	$(VENV_ABS)/bin/ruff check --fix .
 
-bench: develop-release ## Release build, then benches/bench_local.py (BENCH_ARGS="--runs 5 ...")
-	@$(TIMED) bench-local $(PY) benches/bench_local.py $(BENCH_ARGS)
+bench: develop-release ## Release build, then fastshard bench --preset local (BENCH_ARGS="--runs 5 ..."; presets: fastshard bench --help)
+	@$(TIMED) bench-local $(PY) -m fastshard bench --preset local $(BENCH_ARGS)
 
-bench-remote: develop-release ## Release build, then benches/bench_remote.py against SeaweedFS + nginx (BENCH_ARGS="--quick ...")
-	@$(TIMED) bench-remote $(PY) benches/bench_remote.py $(BENCH_ARGS)
+bench-remote: develop-release ## Release build, then fastshard bench --preset remote: SeaweedFS + nginx (BENCH_ARGS="--quick ...")
+	@$(TIMED) bench-remote $(PY) -m fastshard bench --preset remote $(BENCH_ARGS)
 
-bench-ready: develop-release ## Release build, then benches/bench_ready.py: vllm serve to first completion, fastshard vs vLLM's loaders, local and S3
-	@$(TIMED) bench-ready $(PY) benches/bench_ready.py $(BENCH_ARGS)
+bench-ready: develop-release ## Release build, then fastshard bench --preset ready: vllm serve to first completion, fastshard vs vLLM's loaders, local and S3
+	@$(TIMED) bench-ready $(PY) -m fastshard bench --preset ready $(BENCH_ARGS)
 
-bench-tp: develop-release ## Release build, then benches/bench_tp.py: world size 4 from one model on SeaweedFS, every layout vs tensorizer
-	@$(TIMED) bench-tp $(PY) benches/bench_tp.py $(BENCH_ARGS)
+bench-tp: develop-release ## Release build, then fastshard bench --preset tp: world size 4 from one model on SeaweedFS, every layout vs tensorizer
+	@$(TIMED) bench-tp $(PY) -m fastshard bench --preset tp $(BENCH_ARGS)
 
 demo: develop-demo ## The main job: a ~1 GiB model on a local S3 server, loaded by 4 ranks (fastshard vs tensorizer)
 	@$(TIMED) demo $(PY) scripts/demo_s3.py $(DEMO_ARGS)
@@ -130,7 +145,7 @@ gpu-check: ## On a CUDA machine with the wheel installed: benches/gpu_check.py (
 
 clean: ## Remove build outputs, benchmark scratch files and caches (keeps .venv)
 	$(CARGO) clean
-	rm -rf .bench build dist .pytest_cache .ruff_cache .hypothesis
+	rm -rf .bench build dist .pytest_cache .ruff_cache .mypy_cache .hypothesis
 	rm -f python/fastshard/*.so
 	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 

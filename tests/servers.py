@@ -5,6 +5,7 @@ here, with a pytest-flavoured ``require_binary``."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import pytest
 
@@ -23,13 +24,24 @@ from fastshard.bench.servers import (  # noqa: F401 (re-exported for the tests)
     stop,
     wait_http,
 )
+from fastshard.bench.shaper import find_shaper
 
 
 def require_binary(name: str, *candidates: str) -> str:
     """Path of a server binary. Missing: a failure under CI (CI=true), since
     CI must run these tests; a skip on a developer machine."""
+    return _required(lambda: find_binary(name, *candidates))
+
+
+def require_shaper() -> str:
+    """The shaping proxy's binary (``cargo test`` builds the debug one before
+    pytest runs in ``make test``); missing, as ``require_binary``."""
+    return _required(find_shaper)
+
+
+def _required(find: Callable[[], str]) -> str:
     try:
-        return find_binary(name, *candidates)
+        return find()
     except MissingBinary as e:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
             pytest.fail(str(e), pytrace=False)

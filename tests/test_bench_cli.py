@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from servers import require_binary
+from servers import MissingBinary, require_binary
 
 REQUIRED = {
     "file": {"ceiling", "fastshard", "tensorizer", "runai", "safetensors", "torch"},
@@ -93,3 +93,101 @@ def test_bench_sharded_mode_and_a_users_own_object(tmp_path: Path) -> None:
     records = json.loads((tmp_path / "own" / "results.json").read_text())
     assert {r["loader"] for r in records} >= {"fastshard", "ceiling"}
     assert all(r["verified"] for r in records)
+
+
+def bench_without(out: Path, module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``fastshard bench`` in a process where ``module`` cannot be imported
+    (``sys.modules[name] = None`` makes import and find_spec fail)."""
+    code = (
+        f"import sys; sys.modules[{module!r}] = None; from fastshard.cli import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code, "bench", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_a_missing_extra_stops_the_run_before_anything_is_measured(tmp_path: Path) -> None:
+    done = bench_without(tmp_path, "matplotlib", "--source", "file", "--size", "1MiB")
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "matplotlib" in lines[0] and "pip install 'fastshard[bench]'" in lines[0]
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""  # nothing written, nothing measured
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_a_missing_peer_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    done = bench_without(
+        tmp_path, "tensorizer", "--source", "file", "--size", "2MiB", "--repeat", "1",
+        "--loaders", "ceiling,fastshard,tensorizer", "--sweep", "", "--no-plots",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "skipping tensorizer: tensorizer is not installed" in done.stdout
+    records = json.loads((tmp_path / "results.json").read_text())
+    assert {r["loader"] for r in records} == {"ceiling", "fastshard"}
+    assert all(r["verified"] for r in records)
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert "fastshard[bench]" in meta["skipped"]["tensorizer"]
+    assert "skipped: tensorizer" in (tmp_path / "table.md").read_text()
+
+
+def test_local_preset_tiny_run(tmp_path: Path) -> None:
+    done = bench(
+        tmp_path / "out", "--preset", "local", "--size", "4MiB", "--small-tensors", "300",
+        "--runs", "1", "--loaders", "fastshard,tensorizer,safetensors",
+        "--scratch", str(tmp_path / "scratch"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = json.loads((tmp_path / "out" / "results.json").read_text())
+    want = {n for n in ("fastshard", "tensorizer", "safetensors") if installed(n)}
+    for case in ("large", "small"):
+        got = {r["loader"] for r in records if r["source"] == case}
+        assert got == want, (case, records)
+    assert all(r["verified"] and r["gbps_median"] > 0 for r in records)
+    assert "PASS [small] fastshard data equal to the source" in done.stdout
+    assert not list((tmp_path / "scratch").rglob("*.tensors"))  # --keep-files not given
+
+
+@pytest.mark.s3
+def test_tp_preset_tiny_run_checks_every_rank(tmp_path: Path) -> None:
+    require_binary("weed")
+    done = bench(
+        tmp_path, "--preset", "tp", "--size-gib", "0.01", "--world-size", "2",
+        "--modes", "tensorizer,per-rank,unsharded,cooperative",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs = json.loads((tmp_path / "runs.json").read_text())
+    want = {"per-rank", "unsharded", "cooperative"} | (
+        {"tensorizer"} if installed("tensorizer") else set()
+    )
+    assert {key.split("/")[1] for key in runs} == want
+    for key, results in runs.items():
+        for res in results:
+            assert [r["verified"] for r in res["ranks"]] == [True, True], key
+    assert "| per-rank |" in (tmp_path / "table.md").read_text()
+
+
+def test_the_shaping_proxy_is_found_never_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastshard.bench.shaper import BUILD, find_shaper
+
+    fake = tmp_path / "shaper"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("FASTSHARD_SHAPER", str(fake))
+    assert find_shaper(release=True) == str(fake)
+    monkeypatch.setenv("FASTSHARD_SHAPER", str(tmp_path / "missing"))
+    with pytest.raises(MissingBinary, match="FASTSHARD_SHAPER"):
+        find_shaper()
+    monkeypatch.delenv("FASTSHARD_SHAPER")
+    monkeypatch.setenv("CARGO_TARGET_DIR", str(tmp_path / "empty-target"))
+    with pytest.raises(MissingBinary) as err:
+        find_shaper(release=True)
+    assert BUILD in str(err.value)
+    assert not (tmp_path / "empty-target").exists()  # nothing was built

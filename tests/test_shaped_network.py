@@ -4,7 +4,7 @@ many requests a load keeps in flight, that it grows them by itself when
 that pays, and that hundreds at once finish with no failed request.
 
 Throughput against a raw client is a benchmark, not a test here
-(benches/bench_network.py): these assert counts and data, not seconds."""
+(fastshard bench --preset network): these assert counts and data, not seconds."""
 
 from __future__ import annotations
 
@@ -15,16 +15,17 @@ from typing import Any
 
 import pytest
 from conftest import TRANSPORTS, assert_state_equal, transport_server
+from servers import require_shaper
 
 import fastshard
-from fastshard.bench.shaper import Shaper, ensure_shaper
+from fastshard.bench.shaper import Shaper
 
 KiB, MiB = 1 << 10, 1 << 20
 
 
 @pytest.fixture(scope="module")
 def shaper_binary() -> str:
-    return ensure_shaper()
+    return require_shaper()
 
 
 Shaped = Callable[..., tuple[Shaper, str, dict[str, Any]]]

@@ -17,7 +17,8 @@ from conftest import assert_bit_equal, random_tensor
 
 import fastshard
 from fastshard import _ring
-from fastshard.reader import LoadStats
+from fastshard._options import Budget
+from fastshard._types import LoadStats
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -169,17 +170,17 @@ def test_an_error_midway_stops_the_ring_after_everything_started_ended(where: st
 def test_sizing_stays_inside_the_budget_and_refuses_what_cannot_fit() -> None:
     for budget in [64 * KiB, 1 * MiB, 7 * MiB + 3, 64 * MiB, 4 << 30]:
         for unit in [1, 4 * KiB, 20 * KiB]:
-            s = _ring.size(budget, [unit], 100 * MiB)
+            s = _ring.size(Budget(budget), [unit], 100 * MiB)
             assert s.depth >= 1 and s.fills >= 1
             assert s.depth * s.slab_bytes <= budget // 2
             assert s.slab_bytes >= unit
             assert s.fill_budget is not None
             assert s.depth * s.slab_bytes + s.fills * s.fill_budget <= budget
     with pytest.raises(fastshard.BudgetError, match="raise max_host_bytes"):
-        _ring.size(1 * MiB, [600 * KiB], 100 * MiB)
+        _ring.size(Budget(1 * MiB), [600 * KiB], 100 * MiB)
     assert issubclass(fastshard.BudgetError, fastshard.FastshardError)
     # Without a budget a unit larger than the default slab still fits.
-    s = _ring.size(None, [300 * MiB], 1 << 30)
+    s = _ring.size(Budget(), [300 * MiB], 1 << 30)
     assert s.slab_bytes >= 300 * MiB and s.depth == 2
 
 

@@ -237,9 +237,8 @@ def test_encrypted_rank_files_and_keyfile_on_s3(monkeypatch, model_dir, tmp_path
     key = EncryptionParams.random().key
     (tmp_path / "key").write_bytes(key)
     key_uri = seaweed.upload(tmp_path / "key", "vllm-enc/key")
-    refs = {}
+    refs = [rank_model(hf_state_dict(seed=4), r, 2) for r in range(2)]
     for r in range(2):
-        refs[r] = rank_model(hf_state_dict(seed=4), r, 2)
         path = tmp_path / f"model-rank-{r:02d}.tensors"
         tensorize_vllm(refs[r], path, key=key)
         seaweed.upload(path, f"vllm-enc/model-rank-{r:02d}.tensors")

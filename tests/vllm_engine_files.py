@@ -20,6 +20,7 @@ import torch
 from tensorizer import EncryptionParams, TensorSerializer
 
 import fastshard
+from fastshard.bench import served
 from fastshard.vllm.names import CHECKPOINT_MARKER
 
 HERE = Path(__file__).resolve().parent
@@ -152,28 +153,11 @@ def build(root: Path, seaweed: Any, prefix: str) -> Files:
 
 
 def engine_env(seaweed: Any, cache: Path, **extra: str) -> dict[str, str]:
-    """The environment of every engine: vLLM on the CPU, offline, small KV
-    cache, one vLLM and fastshard cache per test session (so the first
-    engine starts cold and the others warm), S3 settings as tensorizer and
-    vLLM users set them."""
-    env = {
-        **os.environ,
-        "VLLM_TARGET_DEVICE": "cpu",
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "OMP_WAIT_POLICY": "PASSIVE",  # generation crawls on 2 shared cores otherwise
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-        "VLLM_CACHE_ROOT": str(cache / "vllm"),
-        "FASTSHARD_CACHE_DIR": str(cache / "fastshard"),
-        "S3_ENDPOINT_URL": seaweed.endpoint,
-        "S3_ACCESS_KEY_ID": seaweed.access_key,
-        "S3_SECRET_ACCESS_KEY": seaweed.secret_key,
-        "AWS_EC2_METADATA_DISABLED": "true",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p),
-        "PATH": os.pathsep.join((str(BIN), os.environ.get("PATH", ""))),
-    }
+    """The environment of every engine (fastshard.bench.served.engine_env:
+    the one the time-to-ready benchmark uses too), with this folder on
+    PYTHONPATH for the runner's imports."""
+    env = served.engine_env(seaweed.endpoint, seaweed.access_key, seaweed.secret_key, cache)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH")) if p)
     env.update(extra)
     return env
 

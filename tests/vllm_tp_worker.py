@@ -41,6 +41,10 @@ def _load(extra: dict, model: torch.nn.Module) -> None:
 
 def main() -> None:
     rank, port = int(sys.argv[1]), sys.argv[2]
+    # vLLM's CPU worker names its shared-memory TP/PP groups after the init
+    # method's port before it sets up distributed state; its communicator
+    # reads the name back (KeyError without it).
+    os.environ.setdefault("VLLM_DIST_IDENT", port)
     tp_extra, hf_extra, pp_extra = (json.loads(a) for a in sys.argv[3:6])
     fv.register()
     with set_current_vllm_config(VllmConfig()):

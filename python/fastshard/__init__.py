@@ -26,8 +26,9 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from ._types import LoadStats, TensorInfo
     from .module import load
-    from .reader import LoadStats, TensorFile, TensorInfo, load_state_dict, open
+    from .reader import TensorFile, load_state_dict, open
     from .tp import ShardSpec
     from .writer import save, save_sharded
 
@@ -47,8 +48,8 @@ _LAZY = {
     "open": "reader",
     "load_state_dict": "reader",
     "TensorFile": "reader",
-    "TensorInfo": "reader",
-    "LoadStats": "reader",
+    "TensorInfo": "_types",
+    "LoadStats": "_types",
     "load": "module",
     "save": "writer",
     "save_sharded": "writer",

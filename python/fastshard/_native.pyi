@@ -7,28 +7,42 @@ saves), so no tensor data is copied through Python objects.
 
 from collections.abc import Sequence
 from os import PathLike
-from typing import Literal, final, overload
+from typing import Literal, final
 
 from typing_extensions import Buffer, TypedDict, Unpack
 
-PathPart = str | int
+__all__ = [
+    "SOURCE_OPTIONS",
+    "Location",
+    "Progress",
+    "Reader",
+    "Slab",
+    "delete_object",
+    "dtype_itemsize",
+    "read_object",
+    "write_file",
+    "write_object",
+]
+
+# Names with a leading underscore exist for annotations only (not at run time).
+_PathPart = str | int
 
 # (name, path, tensor_type, dtype, shape, header_offset, data_offset, data_length)
 #   name: display name (plain name, or path components joined with ".")
 #   path: None for plain names, else the components of a 0x1E JSON path name
 #   tensor_type: 0 = param, 1 = buffer, 2 = state dict entry
 #   dtype: torch dtype name without the "torch." prefix, e.g. "bfloat16"
-EntryTuple = tuple[str, list[PathPart] | None, int, str, list[int], int, int, int]
+_EntryTuple = tuple[str, list[_PathPart] | None, int, str, list[int], int, int, int]
 
 # (kind, secret, opslimit, memlimit): kind "key" (secret = the raw 32 bytes)
 # or "passphrase" (Argon2id; opslimit/memlimit are the costs used when writing,
 # reads take the file's). Built by fastshard.EncryptionKey.native().
-EncryptionTuple = tuple[Literal["key", "passphrase"], bytes, int, int]
+_EncryptionTuple = tuple[Literal["key", "passphrase"], bytes, int, int]
 
 # (name_or_path, tensor_type, module_idx, dtype, shape, is_meta)
-SpecTuple = tuple[str | Sequence[PathPart], int, int, str, Sequence[int], bool]
+_SpecTuple = tuple[str | Sequence[_PathPart], int, int, str, Sequence[int], bool]
 
-class SourceOptions(TypedDict, total=False):
+class _SourceOptions(TypedDict, total=False):
     """Where an object is and how to reach it; shared by ``Reader`` and
     ``write_file``. Unknown names raise InvalidArgumentError. ``None`` means
     "look it up" (see below).
@@ -76,7 +90,7 @@ class SourceOptions(TypedDict, total=False):
     max_attempts: int | None
     deadline_seconds: float | None
 
-# Names of the source options (keys of SourceOptions), as the native layer accepts them.
+# Names of the source options (keys of _SourceOptions), as the native layer accepts them.
 SOURCE_OPTIONS: list[str]
 
 @final
@@ -89,15 +103,16 @@ class Location:
     path or an S3 key "?" is an ordinary character. An unknown scheme raises
     UnsupportedError, ``s3://`` without a bucket InvalidArgumentError.
     Every native entry point that takes a URI also takes a Location.
+    ``str()`` is ``display``; ``repr()`` is ``Location('<display>')``.
     """
 
-    def __init__(self, uri: str | PathLike[str]) -> None: ...
+    def __new__(cls, uri: str | PathLike[str]) -> Location: ...
     @property
     def kind(self) -> Literal["file", "s3", "http"]: ...
     @property
     def display(self) -> str:
         """Safe to show: no user info, fragment or query string (a query
-        shows as "?…"). Also ``str()``; ``repr()`` is ``Location('<display>')``."""
+        shows as "?…")."""
     @property
     def path(self) -> str | None:
         """The local file system path (plain path or ``file://``)."""
@@ -121,27 +136,29 @@ class Location:
         """``name`` in the same directory (head up to its last "/"),
         without this location's query string."""
 
+@final
 class Slab:
     """A Rust-owned, page-aligned, zero-initialised host buffer of ``nbytes``
     bytes, exported through the writable buffer protocol (``torch.frombuffer``
     views it; the CUDA path pins it with ``cudaHostRegister``). Views keep
-    the slab alive. Allocation failure raises StorageError."""
+    the slab alive. Allocation failure raises StorageError. (The protocol is
+    the C-level one; Python 3.11 has no ``__buffer__`` method to declare.)"""
 
-    def __init__(self, nbytes: int) -> None: ...
+    def __new__(cls, nbytes: int) -> Slab: ...
     @property
     def nbytes(self) -> int: ...
     def __len__(self) -> int: ...
-    def __buffer__(self, flags: int, /) -> memoryview: ...
-    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
 
+@final
 class Progress:
     """Bytes landed in destinations so far, added by the native loads it is
     passed to as their reads complete; read from any thread."""
 
-    def __init__(self) -> None: ...
+    def __new__(cls) -> Progress: ...
     @property
     def value(self) -> int: ...
 
+@final
 class Reader:
     """An opened tensorizer file: header and index fetched and validated.
 
@@ -160,8 +177,8 @@ class Reader:
     version: int
     encrypted: bool
     discovery_bytes: int  # read by the constructor (header and index)
-    def __init__(self, uri: str | Location, **opts: Unpack[SourceOptions]) -> None: ...
-    def entries(self) -> list[EntryTuple]: ...
+    def __new__(cls, uri: str | Location, **opts: Unpack[_SourceOptions]) -> Reader: ...
+    def entries(self) -> list[_EntryTuple]: ...
     def load(
         self,
         indices: Sequence[int],
@@ -173,7 +190,7 @@ class Reader:
         throughput_target_gbps: float | None = None,
         part_size_bytes: int | None = None,
         max_host_bytes: int | None = None,
-        encryption: EncryptionTuple | None = None,
+        encryption: _EncryptionTuple | None = None,
         progress: Progress | None = None,
     ) -> dict[str, float]:
         """Fill ``buffers[i]`` with the bytes of tensor ``indices[i]``, or
@@ -186,10 +203,15 @@ class Reader:
         byte size (meta tensors are zero-filled). Releases the GIL while it
         waits; Ctrl-C cancels and raises KeyboardInterrupt. On any error no
         buffer should be trusted. ``concurrency`` (reads in flight) and
-        ``part_size_bytes`` (bytes per ranged read) default per source (16
-        and 16 MiB for S3 and HTTP). Returns stats of this load (discovery
-        not included): bytes_fetched, requests (ranged reads sent, retries
-        included), retries, seconds, concurrency, peak_host_bytes.
+        ``part_size_bytes`` (bytes per ranged read) default per source: S3
+        and HTTP start with 64 reads and double them while throughput rises,
+        up to 512 (``throughput_target_gbps`` sets the start and where to
+        stop), in parts of up to 16 MiB (a small load gets smaller parts,
+        one per starting read, at least 1 MiB); local files use 8 reads of
+        8 MiB. Returns stats of this load (discovery not included):
+        bytes_fetched, bytes_wanted, requests (ranged reads sent, retries
+        included), retries, seconds, concurrency (the most in flight),
+        peak_host_bytes.
 
         ``encryption`` is required for encrypted files (``encrypted``) and
         refused for others (InvalidArgumentError), as are slices of them.
@@ -200,45 +222,32 @@ class Reader:
         tensor's buffer is zeroed.
         """
 
-@overload
 def write_file(
     path: str | Location,
-    specs: Sequence[SpecTuple],
+    specs: Sequence[_SpecTuple],
     buffers: Sequence[Buffer],
     *,
     exact_index: bool = False,
-    sha256: Literal[False] = False,
-    encryption: EncryptionTuple | None = None,
-    **opts: Unpack[SourceOptions],
-) -> int:
+    sha256: bool = False,
+    encryption: _EncryptionTuple | None = None,
+    **opts: Unpack[_SourceOptions],
+) -> int | tuple[int, str]:
     """Write a tensorizer file to a local path or ``s3://bucket/key``;
-    returns its size. ``buffers[i]`` holds tensor i's bytes (empty for meta
-    tensors). Byte-identical to tensorizer 2.12.1 unless ``exact_index``
-    sizes the index exactly (needed past a few thousand tensors). A local
-    file is written beside its name and renamed; an S3 object is a streamed
-    multipart upload (one PutObject when small) completed only at the end
-    and aborted on failure, so readers never see half a file.
-    ``encryption`` encrypts every tensor with data as tensorizer does
-    (version 3+ with the encrypted flag, 2 MiB chunks, SHA-256 only on
-    encrypted records); the buffers are not modified (a copy of one tensor
-    at a time is sealed)."""
-
-@overload
-def write_file(
-    path: str | Location,
-    specs: Sequence[SpecTuple],
-    buffers: Sequence[Buffer],
-    *,
-    exact_index: bool = False,
-    sha256: Literal[True],
-    encryption: EncryptionTuple | None = None,
-    **opts: Unpack[SourceOptions],
-) -> tuple[int, str]:
-    """As above; returns (size, hex SHA-256 of the whole file), hashed on
-    another thread from the bytes as they are written (nothing read back)."""
+    returns its size, or with ``sha256=True`` (size, hex SHA-256 of the
+    whole file), hashed on another thread from the bytes as they are
+    written (nothing read back). ``buffers[i]`` holds tensor i's bytes
+    (empty for meta tensors). Byte-identical to tensorizer 2.12.1 unless
+    ``exact_index`` sizes the index exactly (needed past a few thousand
+    tensors). A local file is written beside its name and renamed; an S3
+    object is a streamed multipart upload (one PutObject when small)
+    completed only at the end and aborted on failure, so readers never see
+    half a file. ``encryption`` encrypts every tensor with data as
+    tensorizer does (version 3+ with the encrypted flag, 2 MiB chunks,
+    SHA-256 only on encrypted records); the buffers are not modified (a
+    copy of one tensor at a time is sealed)."""
 
 def read_object(
-    uri: str | Location, *, max_bytes: int = 16 << 20, **opts: Unpack[SourceOptions]
+    uri: str | Location, *, max_bytes: int = 16 << 20, **opts: Unpack[_SourceOptions]
 ) -> bytes | None:
     """The whole object at ``uri`` (local path, ``file://``, ``s3://`` or
     ``http(s)://``), or None when it does not exist (NotFound; a missing
@@ -247,13 +256,13 @@ def read_object(
     typed (AuthError naming the credential source, StorageError, ...).
     Small objects only (the shard manifest): tensor files go through Reader."""
 
-def write_object(uri: str | Location, data: bytes, **opts: Unpack[SourceOptions]) -> None:
+def write_object(uri: str | Location, data: bytes, **opts: Unpack[_SourceOptions]) -> None:
     """Write ``data`` as the whole object at ``uri``: a local file written
     beside its name and renamed into place, or one S3 PutObject. Readers see
     the old object or the new one, never a part. ``http(s)://`` raises
     UnsupportedError."""
 
-def delete_object(uri: str | Location, **opts: Unpack[SourceOptions]) -> None:
+def delete_object(uri: str | Location, **opts: Unpack[_SourceOptions]) -> None:
     """Delete a local file or S3 object; one that does not exist is fine.
     ``http(s)://`` raises UnsupportedError."""
 

@@ -44,7 +44,7 @@ def _retype(node: dict[PathPart, Any], uri: str | None) -> StateDict:
             node[key] = _retype(value, uri)
     kinds = {isinstance(k, int) for k in node}
     if kinds == {True}:
-        return [node[k] for k in sorted(node)]  # type: ignore[type-var]
+        return [node[k] for k in sorted(node)]
     if len(kinds) > 1:
         raise FormatError("tensor paths mix list indices and names on one level", uri=uri)
     return node

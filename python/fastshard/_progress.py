@@ -12,14 +12,10 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from types import TracebackType
-from typing import TYPE_CHECKING
 
-from . import _native
+from . import _location, _native
+from ._types import LoadStats
 from .errors import InvalidArgumentError
-
-if TYPE_CHECKING:
-    from .reader import LoadStats
 
 log = logging.getLogger("fastshard")
 
@@ -48,7 +44,7 @@ class Bar:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._bar = None
-        self._name = uri.rsplit("/", 1)[-1] or uri
+        self._name = _location.name(uri) or uri
 
     def __enter__(self) -> Bar:
         if self._show:
@@ -80,12 +76,7 @@ class Bar:
             if seen > bar.n:
                 bar.update(seen - bar.n)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()

@@ -19,15 +19,14 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 
-from . import _native, _torch, tp
+from . import _cuda, _native, _torch, tp
+from ._options import Budget, native_limit
+from ._types import LoadStats, TensorSource
 from .errors import BudgetError
-
-if TYPE_CHECKING:
-    from .reader import LoadStats, TensorFile
 
 MiB = 1 << 20
 RING_BYTES = 256 * MiB  # the ring's size when no max_host_bytes is given
@@ -109,7 +108,7 @@ class Sizing:
     depth: int
     slab_bytes: int
     fills: int
-    fill_budget: int | None  # max_host_bytes of each native load
+    fill_budget: int | None  # max_host_bytes of each native load (Budget.per_fill)
 
 
 @dataclass
@@ -137,28 +136,27 @@ def unit_bytes(item: Item, dtype: torch.dtype, whole_only: bool) -> int:
     return n // item.shape[0]
 
 
-def size(budget: int | None, units: Sequence[int], total: int) -> Sizing:
-    """Slabs for a load: half of ``budget`` (the native loads get the other
-    half), ``DEPTH`` slabs when a slab still holds the largest unit, fewer
-    (down to one) when it must grow; a ring no bigger than the load (fresh
-    memory costs page faults on first touch)."""
+def size(budget: Budget, units: Sequence[int], total: int) -> Sizing:
+    """Slabs for a load: the budget's staging share (``Budget.staging``),
+    ``DEPTH`` slabs when a slab still holds the largest unit, fewer (down
+    to one) when it must grow; a ring no bigger than the load (fresh memory
+    costs page faults on first touch)."""
     biggest = _aligned(max(units, default=0)) or ALIGN
-    ring = RING_BYTES if budget is None else budget // 2
+    ring = budget.staging(RING_BYTES)
     depth = max(2, min(DEPTH, ring // MIN_SLAB))
     slab = min(MAX_SLAB, ring // depth, _aligned(-(-total // depth)))
     slab = max(slab // ALIGN * ALIGN, biggest)
     depth = min(depth, ring // slab)
-    if budget is None:
+    if not budget.bounded:
         depth = max(2, depth)  # no budget: a huge unit gets two slabs, not four
     if depth < 1:
         raise BudgetError(
-            f"max_host_bytes={budget} leaves {ring} bytes (half) for staging, but one "
+            f"max_host_bytes={budget.limit} leaves {ring} bytes (half) for staging, but one "
             f"indivisible piece (a row, a non-row slice, or a whole tensor when hashes "
             f"are verified) needs {biggest}; raise max_host_bytes to at least {2 * biggest}"
         )
     fills = max(1, min(FILLS, depth - 1))
-    fill_budget = None if budget is None else max(0, (budget - depth * slab) // fills)
-    return Sizing(depth, slab, fills, fill_budget)
+    return Sizing(depth, slab, fills, budget.per_fill(depth * slab, fills))
 
 
 def split(item: Item, dtype: torch.dtype, slab_bytes: int) -> list[Piece]:
@@ -240,7 +238,7 @@ class Slabs:
         self.close()
 
 
-Fill = Callable[[Batch, torch.Tensor], "LoadStats"]
+Fill = Callable[[Batch, torch.Tensor], LoadStats]
 
 
 def run(
@@ -311,18 +309,19 @@ def run(
 
 
 def load(
-    f: TensorFile,
+    source: TensorSource,
     items: Sequence[Item],
-    budget: int | None,
+    budget: Budget | int | None = None,
     copier: Copier | None = None,
 ) -> LoadStats:
-    """Load ``items`` through a ring sized from ``budget`` (max_host_bytes)."""
-    from . import _cuda
-    from .reader import LoadStats
-
-    verify = bool(f._load_opts.get("verify_hash"))
-    dtypes = [f.info_at(it.index).dtype for it in items]
-    units = [unit_bytes(it, d, verify) for it, d in zip(items, dtypes, strict=True)]
+    """Load ``items`` through a ring sized from ``budget`` (the source's
+    when None; a number is a max_host_bytes)."""
+    if budget is None:
+        budget = source.budget
+    elif not isinstance(budget, Budget):
+        budget = Budget(budget)
+    dtypes = [source.info_at(it.index).dtype for it in items]
+    units = [unit_bytes(it, d, source.verify_hash) for it, d in zip(items, dtypes, strict=True)]
     total = sum(_aligned(_torch.nbytes(it.shape, d)) for it, d in zip(items, dtypes, strict=True))
     sizing = size(budget, units, total)
     pieces = [
@@ -332,11 +331,12 @@ def load(
     if copier is None:
         copier = _cuda.CudaCopier() if cuda else CpuCopier()
     pin, unpin = (_cuda.pin, _cuda.unpin) if cuda else (None, None)
-    native = {} if sizing.fill_budget is None else {"max_host_bytes": sizing.fill_budget}
 
     def fill(batch: Batch, slab: torch.Tensor) -> LoadStats:
         views = [slab[o : o + p.nbytes] for o, p in batch]
-        return f.fill([p.index for _, p in batch], views, [p.slice for _, p in batch], **native)
+        indices = [p.index for _, p in batch]
+        slices = [p.slice for _, p in batch]
+        return source.fill(indices, views, slices, **native_limit(sizing.fill_budget))
 
     with Slabs(sizing.depth, sizing.slab_bytes, pin, unpin) as slabs:
         ring = run(fill, batches(pieces, sizing.slab_bytes), slabs.views, copier, sizing.fills)

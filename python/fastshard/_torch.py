@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from . import _cuda
 from .errors import InvalidArgumentError, UnsupportedError
 
 DeviceLike = str | torch.device
@@ -62,7 +63,7 @@ def empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(tuple(shape), dtype=dtype, device="cpu")
 
 
-def writable_bytes(tensor: torch.Tensor) -> np.ndarray:
+def writable_bytes(tensor: torch.Tensor) -> memoryview:
     """A writable uint8 view of a contiguous CPU tensor's memory.
 
     Viewing as uint8 in torch *before* going to numpy is what makes bfloat16,
@@ -73,16 +74,16 @@ def writable_bytes(tensor: torch.Tensor) -> np.ndarray:
         raise InvalidArgumentError("destination must be a contiguous CPU tensor")
     flat = tensor.detach().reshape(-1)
     if flat.numel() == 0:
-        return np.empty(0, dtype=np.uint8)
-    return flat.view(torch.uint8).numpy()
+        return np.empty(0, dtype=np.uint8).data
+    return flat.view(torch.uint8).numpy().data
 
 
-def readable_bytes(tensor: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
+def readable_bytes(tensor: torch.Tensor) -> tuple[memoryview, torch.Tensor]:
     """Bytes of a tensor to save, and the tensor that owns them (keep it alive
     until the write returns). Meta tensors have no bytes; the caller records
     them as zero-filled."""
     if tensor.is_meta:
-        return np.empty(0, dtype=np.uint8), tensor
+        return np.empty(0, dtype=np.uint8).data, tensor
     if tensor.layout != torch.strided or tensor.is_quantized:
         raise InvalidArgumentError(
             f"only dense tensors can be saved, not layout {tensor.layout} / {tensor.dtype}"
@@ -91,8 +92,8 @@ def readable_bytes(tensor: torch.Tensor) -> tuple[np.ndarray, torch.Tensor]:
     owner = tensor.detach().resolve_conj().resolve_neg().to("cpu").contiguous()
     flat = owner.reshape(-1)
     if flat.numel() == 0:
-        return np.empty(0, dtype=np.uint8), owner
-    return flat.view(torch.uint8).numpy(), owner
+        return np.empty(0, dtype=np.uint8).data, owner
+    return flat.view(torch.uint8).numpy().data, owner
 
 
 def as_device(device: DeviceLike | None) -> torch.device:
@@ -102,7 +103,5 @@ def as_device(device: DeviceLike | None) -> torch.device:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise InvalidArgumentError(f"invalid device {device!r}: {exc}") from None
-    from . import _cuda
-
     _cuda.check(dev)  # before reading gigabytes, not at the first copy
     return dev

@@ -15,7 +15,9 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import _native, _progress, bench, packed
+from . import _native, _progress, packed
+from .bench import command as bench_command
+from .crypt import EncryptionKey, NativeKey
 from .errors import FastshardError, FormatError, IntegrityError, InvalidArgumentError
 
 # verify reuses one buffer of this size, so memory stays bounded whatever the
@@ -124,7 +126,7 @@ def _verify(
     sizes: list[int],
     pool: bytearray,
     progress: _native.Progress | None = None,
-    key: tuple[str, bytes, int, int] | None = None,
+    key: NativeKey | None = None,
 ) -> None:
     need = sum(sizes[i] for i in indices)
     mem = memoryview(pool if need <= len(pool) else bytearray(need))
@@ -136,11 +138,9 @@ def _verify(
     reader.load(indices, views, verify_hash=True, progress=progress, encryption=key)
 
 
-def _key(args: argparse.Namespace) -> tuple[str, bytes, int, int] | None:
+def _key(args: argparse.Namespace) -> NativeKey | None:
     """The key of ``--key-file`` or ``--passphrase-env``: never a command-line
     value, which other users of the machine could read in the process list."""
-    from .crypt import EncryptionKey
-
     if args.key_file:
         return EncryptionKey.from_file(args.key_file).native()
     if args.passphrase_env:
@@ -176,8 +176,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
                     except IntegrityError as one:
                         bad.append(one)
     seconds = time.perf_counter() - started
-    for err in bad:
-        print(f"MISMATCH {err}", file=sys.stderr)
+    for mismatch in bad:
+        print(f"MISMATCH {mismatch}", file=sys.stderr)
     if bad:
         print(f"{reader.uri}: {len(bad)} of {len(entries)} tensors failed verification")
         return EXIT_MISMATCH
@@ -230,11 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="encrypted files: the name of an environment variable holding the passphrase",
     )
     p.set_defaults(func=cmd_verify)
-    p = sub.add_parser(
-        "bench", help="benchmark fastshard against the raw ceiling and the other loaders"
+    # Listed here; its presets parse their own options (main hands them over).
+    sub.add_parser(
+        "bench",
+        add_help=False,
+        help="benchmark fastshard against the raw ceiling and the other loaders "
+        "(`fastshard bench --help`)",
     )
-    bench.build_parser(p)
-    p.set_defaults(func=bench.run_args)
     from .vllm import serialize_cli, serve  # import neither torch nor vLLM until run
 
     serve.add_parser(sub)
@@ -243,8 +245,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv[:1] == ["bench"]:
+            return bench_command.main(argv[1:])
+        args = build_parser().parse_args(argv)
         return int(args.func(args))
     except BrokenPipeError:
         # `fastshard inspect … | head`: the reader left; that is not an error.

@@ -10,9 +10,9 @@ fetched it; each rank then copies its slice out of it. Traffic to the store
 per group is the object's size, whatever the world size.
 
 Memory: a round holds one batch per rank (``max_host_bytes / (world + 2)``
-bytes each) plus the next batch this rank fetches while the broadcasts of the
-current round run, plus that fetch's own headers and scratch. Tensors larger
-than a batch travel as blocks of rows.
+bytes each, ``Budget.cooperative_batch``) plus the next batch this rank
+fetches while the broadcasts of the current round run, plus that fetch's own
+headers and scratch. Tensors larger than a batch travel as blocks of rows.
 
 Failures: a rank that fails to fetch tells the others before the round's
 broadcasts, so every rank raises instead of waiting on a collective that
@@ -29,11 +29,9 @@ import torch
 import torch.distributed as dist
 
 from . import tp
+from ._types import LoadStats, TensorSource
 from .errors import FastshardError, InvalidArgumentError, ShardMismatchError, UnsupportedError
-from .reader import LoadStats, TensorFile
 
-# Default bytes held at once by a cooperative load when max_host_bytes is unset.
-DEFAULT_BUDGET = 1 << 30
 _ALIGN = 64  # piece offsets in a batch buffer, so every dtype view is aligned
 
 
@@ -95,7 +93,7 @@ def agree(group: Any, error: BaseException | None) -> None:
         raise FastshardError(f"cooperative load stopped: rank {rank} failed: {msg}")
 
 
-def _pieces(f: TensorFile, indices: list[int], cap: int) -> list[_Piece]:
+def _pieces(f: TensorSource, indices: list[int], cap: int) -> list[_Piece]:
     out: list[_Piece] = []
     for i in indices:
         info = f.info_at(i)
@@ -156,7 +154,7 @@ def _layout(batch: list[_Piece]) -> tuple[list[int], int]:
     return offsets, at
 
 
-def _fetch(f: TensorFile, batch: list[_Piece], buf: torch.Tensor, budget: int) -> LoadStats:
+def _fetch(f: TensorSource, batch: list[_Piece], buf: torch.Tensor, budget: int) -> LoadStats:
     offsets, _ = _layout(batch)
     views = [buf[o : o + p.nbytes] for o, p in zip(offsets, batch, strict=True)]
     slices: list[tp.Slice | None] = []
@@ -165,13 +163,13 @@ def _fetch(f: TensorFile, batch: list[_Piece], buf: torch.Tensor, budget: int) -
         whole = not info.shape or (p.row0 == 0 and p.rows == info.shape[0])
         slices.append(None if whole else (0, [(p.row0, p.rows)]))
     # Hash checks need whole records: only whole pieces can be verified.
-    verify = bool(f._load_opts.get("verify_hash")) and all(s is None for s in slices)
+    verify = f.verify_hash and all(s is None for s in slices)
     return f.fill(
         [p.index for p in batch], views, slices, verify_hash=verify, max_host_bytes=budget
     )
 
 
-def _place(f: TensorFile, piece: _Piece, raw: torch.Tensor, item: Item) -> None:
+def _place(f: TensorSource, piece: _Piece, raw: torch.Tensor, item: Item) -> None:
     """Copy this rank's part of one received piece into its destination."""
     info = f.info_at(piece.index)
     if not info.shape:
@@ -194,13 +192,9 @@ def _place(f: TensorFile, piece: _Piece, raw: torch.Tensor, item: Item) -> None:
         local += length
 
 
-def load(f: TensorFile, items: list[Item], rank: int, world_size: int, group: Any) -> LoadStats:
+def load(f: TensorSource, items: list[Item], rank: int, world_size: int, group: Any) -> LoadStats:
     """Fill every item, this rank fetching only its share of the object."""
-    opts = f._load_opts
-    budget = int(opts.get("max_host_bytes") or DEFAULT_BUDGET)
-    # A round's buffers (one per rank), this rank's next batch, and the
-    # native load's own headers and scratch (at most one more share).
-    cap = max(1, budget // (world_size + 2))
+    cap = f.budget.cooperative_batch(world_size)
     by_index: dict[int, list[Item]] = {}
     for it in items:
         by_index.setdefault(it.index, []).append(it)

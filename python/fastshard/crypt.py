@@ -24,6 +24,8 @@ MEMLIMIT_MODERATE = 256 << 20
 _MEMLIMIT_MIN = 8192
 
 _Kind = Literal["key", "passphrase"]
+# What the native module takes as ``encryption=`` (_native._EncryptionTuple).
+NativeKey = tuple[_Kind, bytes, int, int]
 
 
 class EncryptionKey:
@@ -102,7 +104,7 @@ class EncryptionKey:
         with os.fdopen(fd, "wb") as f:
             f.write(self.key_bytes)
 
-    def native(self) -> tuple[str, bytes, int, int]:
+    def native(self) -> NativeKey:
         """What ``fastshard._native`` takes as ``encryption=``."""
         return (self._kind, self._secret, self.opslimit, self.memlimit)
 
@@ -115,7 +117,7 @@ class EncryptionKey:
         raise TypeError("EncryptionKey is not picklable: pass the key file or passphrase instead")
 
 
-def native_key(value: object) -> tuple[str, bytes, int, int] | None:
+def native_key(value: object) -> NativeKey | None:
     """The native form of an ``encryption=`` option value."""
     if value is None:
         return None

@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 
-from . import _ring, _torch, tp
-from . import cooperative as _coop
-from .errors import FastshardError, FormatError, InvalidArgumentError
-from .reader import LoadStats, TensorFile
+from . import _dispatch, _torch, tp
+from ._options import OpenOptions
+from ._types import LoadStats
+from .errors import FormatError, InvalidArgumentError
+from .reader import TensorFile
 
 _LIST_LIMIT = 20
 
@@ -28,18 +29,13 @@ class _Target:
     required: bool
 
 
-@dataclass
-class _Job:
-    target: _Target
-    index: int  # in the file
-    dest: torch.Tensor  # where the tensor goes (a new tensor for a meta one)
-    in_place: bool  # the native load writes dest itself; else the staging ring copies
-    slice: tp.Slice | None = None  # this rank's tensor-parallel slice of the file's tensor
-    shape: tuple[int, ...] = ()  # of the loaded (sliced) tensor
+@dataclass(frozen=True)
+class _Planned:
+    """One matched name: the model's tensor and the load that fills it (into
+    a new tensor, for a meta one)."""
 
-    @property
-    def item(self) -> _ring.Item:
-        return _ring.Item(self.index, self.slice, self.shape, self.dest)
+    target: _Target
+    job: _dispatch.Job
 
 
 def _targets(model: torch.nn.Module) -> dict[str, _Target]:
@@ -158,9 +154,9 @@ def _plan(
     in_file: dict[str, int],
     slices: dict[str, tp.Slice | None],
     device: torch.device,
-) -> list[_Job]:
+) -> list[_Planned]:
     """One job per matched name; meta tensors get memory on ``device``."""
-    jobs: list[_Job] = []
+    jobs: list[_Planned] = []
     replaced: dict[int, torch.Tensor] = {}  # id(meta tensor) → its new CPU tensor
     claimed: list[tuple[int, int]] = []  # memory ranges already filled in place
     order = sorted((in_file[n], n) for n in targets if n in in_file)
@@ -176,7 +172,8 @@ def _plan(
             if id(dest) not in replaced:
                 replaced[id(dest)] = torch.empty(shape, dtype=dest.dtype, device=device)
             dest = replaced[id(dest)]
-        jobs.append(_Job(t, index, dest, _in_place_ok(dest, info.dtype, claimed), sl, shape))
+        in_place = _in_place_ok(dest, info.dtype, claimed)
+        jobs.append(_Planned(t, _dispatch.Job(index, sl, shape, dest, in_place)))
     return jobs
 
 
@@ -196,7 +193,7 @@ def _in_place_ok(dest: torch.Tensor, dtype: torch.dtype, claimed: list[tuple[int
     return True
 
 
-def _apply(jobs: list[_Job]) -> None:
+def _apply(jobs: list[_Planned]) -> None:
     """After a successful read (temporaries already copied): install new
     tensors in place of meta ones, keeping Parameter-ness, requires_grad and
     attributes."""
@@ -205,7 +202,7 @@ def _apply(jobs: list[_Job]) -> None:
         t = job.target
         if not t.tensor.is_meta:
             continue
-        new = job.dest
+        new = job.job.dest
         if id(t.tensor) not in installed:
             if t.is_param:
                 param = torch.nn.Parameter(new, requires_grad=t.tensor.requires_grad)
@@ -234,7 +231,8 @@ def load(
     cooperative: bool = False,
     group: Any = None,
     device: _torch.DeviceLike | None = None,
-    **opts: Any,
+    verify_manifest_hashes: bool = False,
+    **opts: Unpack[OpenOptions],
 ) -> LoadStats:
     """Copy a file's tensors into ``model``'s parameters and buffers.
 
@@ -274,15 +272,19 @@ def load(
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentError(f"model must be a torch.nn.Module, not {type(model).__name__}")
     target = _torch.as_device(device)
-    coop = cooperative or group is not None
-    with TensorFile(uri, rank=rank, world_size=world_size, **opts) as f:
+    with TensorFile(
+        uri,
+        rank=rank,
+        world_size=world_size,
+        verify_manifest_hashes=verify_manifest_hashes,
+        **opts,
+    ) as f:
         # Per-rank files and packed objects need no slicing and no sharing:
         # each rank's tensors are its own. Another single file with
         # world_size > 1 is sliced per rank.
         slicing = f.opened.rank is None and not f.opened.packed and (world_size or 1) > 1
-        coop = coop and slicing
-        pg = _coop.group_of(group, rank or 0, world_size or 1) if coop else None
-        try:
+        pg = _dispatch.group_for(cooperative, group, slicing, rank, world_size)
+        with _dispatch.planning(pg):
             targets = _targets(model)
             in_file = _file_names(f)
             slices = (
@@ -292,19 +294,6 @@ def load(
             )
             _check(f, targets, in_file, strict, slices)
             jobs = _plan(f, targets, in_file, slices, target)
-        except FastshardError as e:
-            if pg is not None:
-                _coop.agree(pg, e)
-            raise
-        total = sum(_torch.nbytes(j.shape, f.info_at(j.index).dtype) for j in jobs)
-        with f.loading(total):
-            if pg is not None:
-                _coop.agree(pg, None)
-                items = [_coop.Item(j.index, j.slice, j.dest) for j in jobs]
-                stats = _coop.load(f, items, rank or 0, world_size or 1, pg)
-            else:
-                stats = f.fill_items(
-                    [j.item for j in jobs if j.in_place], [j.item for j in jobs if not j.in_place]
-                )
+        stats = _dispatch.load(f.engine, [j.job for j in jobs], pg, rank, world_size)
         _apply(jobs)
-        return f.finish_stats(stats, started)
+        return f.engine.finish(stats, started)

@@ -35,7 +35,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from . import _native
+from . import _location, _native
+from ._location import display as _shown
 from .errors import (
     AuthError,
     FastshardError,
@@ -62,23 +63,13 @@ DEFAULT_TEMPLATE = "model-rank-%03d.tensors"
 _SPEC = re.compile(r"%%|%(0?\d*)d|\{rank\}")
 
 
-def _split_query(uri: str) -> tuple[str, str]:
-    """(path part, "?query…" or ""): only http(s) URLs have query strings;
-    in a local path or an S3 key "?" is an ordinary character."""
-    if uri.startswith(("http://", "https://")):
-        head, sep, tail = uri.partition("?")
-        return head, sep + tail
-    return uri, ""
-
-
 def is_template(uri: str) -> bool:
-    head, _ = _split_query(uri)
-    return any(m.group(0) != "%%" for m in _SPEC.finditer(head))
+    return any(m.group(0) != "%%" for m in _SPEC.finditer(_location.head(uri)))
 
 
 def format_rank(template: str, rank: int) -> str:
     """The file of ``rank``: every rank spec in the path part replaced."""
-    head, query = _split_query(template)
+    head, query = _location.split(template)
 
     def one(m: re.Match[str]) -> str:
         if m.group(0) == "%%":
@@ -89,28 +80,6 @@ def format_rank(template: str, rank: int) -> str:
         return f"{rank:{width}d}" if width else str(rank)
 
     return _SPEC.sub(one, head) + query
-
-
-def local_path(uri: str) -> str | None:
-    """The file system path of a local URI, None for s3:// and http(s)://."""
-    if uri.startswith("file://"):
-        return uri[len("file://") :]
-    return None if "://" in uri else uri
-
-
-def _dirname(uri: str) -> str:
-    """``uri`` up to and including its last "/" (the query string of a URL
-    stays out: it belongs to the file, not to the directory)."""
-    head, _ = _split_query(uri)
-    return head[: head.rfind("/") + 1] if "/" in head else ""
-
-
-def is_directory(uri: str) -> bool:
-    head, _ = _split_query(uri)
-    if head.endswith("/"):
-        return True
-    path = local_path(uri)
-    return path is not None and os.path.isdir(path)
 
 
 def sha256_file(path: str) -> str:
@@ -148,13 +117,7 @@ class Manifest:
 
 
 def manifest_location(template_or_dir: str) -> str:
-    return _dirname(template_or_dir) + MANIFEST_NAME
-
-
-def _shown(uri: str) -> str:
-    from .reader import display_uri  # reader imports this module
-
-    return display_uri(uri)
+    return _location.sibling(template_or_dir, MANIFEST_NAME)
 
 
 def read_manifest(location: str, source_opts: dict[str, Any] | None = None) -> Manifest | None:
@@ -166,7 +129,7 @@ def read_manifest(location: str, source_opts: dict[str, Any] | None = None) -> M
     try:
         data = _native.read_object(location, max_bytes=MANIFEST_MAX_BYTES, **(source_opts or {}))
     except AuthError as e:
-        if local_path(location) is not None:
+        if _location.is_local(location):
             raise
         log.warning(
             "fastshard: shard manifest %s cannot be read (%s); loading without its checks",
@@ -206,20 +169,18 @@ def write_manifest(
     for rank, size in enumerate(sizes):
         name = format_rank(template, rank)
         digest = sha256s[rank] if sha256s is not None else None
-        file_path = local_path(name)
+        file_path = _location.local_path(name)
         if file_path is not None:
             actual = os.path.getsize(file_path)
             if actual != size:  # someone wrote over it between save and now
                 raise ShardMismatchError(f"{name}: {actual} bytes on disk, save wrote {size}")
             digest = digest or sha256_file(file_path)
-        files.append(
-            {"rank": rank, "name": name[len(_dirname(template)) :], "size": size, "sha256": digest}
-        )
+        files.append({"rank": rank, "name": _location.name(name), "size": size, "sha256": digest})
     doc = {
         "format": MANIFEST_FORMAT,
         "version": MANIFEST_VERSION,
         "world_size": len(sizes),
-        "template": template[len(_dirname(template)) :],
+        "template": _location.name(template),
         "files": files,
         "created": {
             "by": f"fastshard {version}",
@@ -252,7 +213,7 @@ class Resolved:
 
 
 def _manifest_beside(uri: str, source_opts: dict[str, Any] | None) -> Manifest | None:
-    if _split_query(uri)[1]:
+    if _location.query(uri):
         # A presigned URL signs one object; the manifest would need its own.
         log.debug("fastshard: no shard manifest check for presigned %s", _shown(uri))
         return None
@@ -273,16 +234,14 @@ def resolve(
     Raises before any tensor byte is read; a remote file's size is checked
     once it is opened (``check_size``)."""
     check_rank_args(rank, world_size)
-    if verify_hashes and local_path(uri) is None:
+    if verify_hashes and not _location.is_local(uri):
         raise UnsupportedError(
             f"verify_manifest_hashes=True is not supported for remote files ({_shown(uri)})"
         )
     manifest: Manifest | None = None
-    if is_directory(uri):
-        head, query = _split_query(uri)
-        base = head if head.endswith("/") else head + "/"
-        manifest = _manifest_beside(base + query, source_opts)
-        uri = base + (manifest.template if manifest is not None else DEFAULT_FILE) + query
+    if _location.is_dir(uri):
+        manifest = _manifest_beside(_location.child(uri, ""), source_opts)
+        uri = _location.child(uri, manifest.template if manifest is not None else DEFAULT_FILE)
     if not is_template(uri):
         if verify_hashes:
             raise InvalidArgumentError(
@@ -298,7 +257,7 @@ def resolve(
         )
     if manifest is None:
         manifest = _manifest_beside(uri, source_opts)
-    relative = _split_query(uri)[0][len(_dirname(uri)) :]
+    relative = _location.name(uri)
     if manifest is not None and manifest.template != relative:
         log.warning(
             "fastshard: %s describes template %r, not %r; not using it",
@@ -353,7 +312,7 @@ def _check_file(manifest: Manifest, file_uri: str, rank: int, verify_hashes: boo
     entry = manifest.files.get(rank)
     if entry is None:
         raise ShardMismatchError(f"rank {rank} is not listed in {manifest.describe()}")
-    path = local_path(file_uri)
+    path = _location.local_path(file_uri)
     if path is None:  # remote: the open finds it missing, check_size checks its size
         return
     if not os.path.exists(path):

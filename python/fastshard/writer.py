@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack
 
-import numpy as np
 import torch
 
-from . import _native, _torch, packed, shard
-from .crypt import native_key
-from .errors import InvalidArgumentError, UnsupportedError
-from .reader import SOURCE_OPTS, source_options
+from . import _location, _native, _options, _torch, packed, shard
+from ._options import SaveOptions
+from .errors import InvalidArgumentError
 
 PathPart = str | int
 _Spec = tuple[str | list[PathPart], int, int, torch.Tensor]  # name, type, module idx
@@ -65,7 +63,7 @@ def save(
     uri: str | os.PathLike[str],
     *,
     exact_index: bool | None = None,
-    **opts: Any,
+    **opts: Unpack[SaveOptions],
 ) -> int:
     """Write a tensorizer file; returns its size in bytes.
 
@@ -85,7 +83,7 @@ def save(
     tensorizer's ``TensorSerializer(encryption=...)`` does; tensorizer reads
     the file with the same key or passphrase).
     """
-    native_opts = _native_opts(opts)
+    native_opts = _options.save_settings(opts)
     entries = _entries(state_dict_or_module)
     if not entries:
         raise InvalidArgumentError("nothing to save: no tensors (such a file cannot be read)")
@@ -96,25 +94,6 @@ def _entries(obj: torch.nn.Module | Mapping[str, Any] | Sequence[Any]) -> list[_
     if isinstance(obj, torch.nn.Module):
         return list(_module_specs(obj))
     return list(_state_dict_specs(obj))
-
-
-def _native_opts(opts: dict[str, Any]) -> dict[str, Any]:
-    opts = dict(opts)
-    encryption = native_key(opts.pop("encryption", None))
-    for key in opts:
-        if key == "progress":
-            raise UnsupportedError("save shows no progress bar yet: progress is a load option")
-        if key not in SOURCE_OPTS:
-            raise InvalidArgumentError(f"unknown option {key!r} for save")
-    out = source_options(opts)
-    if encryption is not None:
-        out["encryption"] = encryption
-    return out
-
-
-def _source_only(native_opts: dict[str, Any]) -> dict[str, Any]:
-    """``native_opts`` for the manifest's object calls: the key is only for tensor files."""
-    return {k: v for k, v in native_opts.items() if k != "encryption"}
 
 
 def _write(
@@ -128,7 +107,7 @@ def _write(
     """(size, the whole file's SHA-256 when asked: hashed natively from the
     bytes as they are written or uploaded, nothing is read back)."""
     specs: list[tuple[Any, int, int, str, list[int], bool]] = []
-    buffers: list[np.ndarray] = []
+    buffers: list[memoryview] = []
     owners: list[torch.Tensor] = []  # keep contiguous copies alive during the write
     for name, ttype, idx, tensor in entries:
         if tensor.is_meta and tensor.dim() == 0:
@@ -144,11 +123,10 @@ def _write(
         owners.append(owner)
 
     def write(exact: bool) -> tuple[int, str | None]:
-        if sha256:
-            return _native.write_file(
-                path, specs, buffers, exact_index=exact, sha256=True, **native_opts
-            )
-        return _native.write_file(path, specs, buffers, exact_index=exact, **native_opts), None
+        out = _native.write_file(
+            path, specs, buffers, exact_index=exact, sha256=sha256, **native_opts
+        )
+        return out if isinstance(out, tuple) else (out, None)
 
     if exact_index is not None:
         return write(exact_index)
@@ -168,7 +146,7 @@ def save_sharded(
     *,
     exact_index: bool | None = None,
     packed: bool = False,
-    **opts: Any,
+    **opts: Unpack[SaveOptions],
 ) -> list[str]:
     """Write one file per rank (or, ``packed=True``, one object holding
     every rank); returns their URIs in rank order.
@@ -202,8 +180,8 @@ def save_sharded(
     if packed:
         return [_save_packed(state_dicts, os.fspath(uri), exact_index, opts)]
     template = os.fspath(uri)
-    if shard.is_directory(template):
-        template = template.rstrip("/") + "/" + shard.DEFAULT_TEMPLATE
+    if _location.is_dir(template):
+        template = _location.child(template, shard.DEFAULT_TEMPLATE)
     if not shard.is_template(template):
         raise InvalidArgumentError(
             f"{template!r} is not a per-rank template: use e.g. model-rank-%03d.tensors or "
@@ -212,12 +190,12 @@ def save_sharded(
     uris = [shard.format_rank(template, rank) for rank in range(len(state_dicts))]
     if len(set(uris)) != len(uris):  # e.g. a "%%d" that is no rank spec
         raise InvalidArgumentError(f"{template!r} gives the same name to several ranks")
-    native_opts = _native_opts(opts)
-    shard.remove_stale_manifest(template, _source_only(native_opts))
+    native_opts = _options.save_settings(opts)
+    shard.remove_stale_manifest(template, _options.without_key(native_opts))
     # An uploaded file's hash is taken natively as it streams out (reading it
     # back would download it); a local file's from disk afterwards, which
     # measured cheaper here (OpenSSL's SHA-256 is ~2x the sha2 crate's).
-    remote = shard.local_path(template) is None
+    remote = not _location.is_local(template)
     written = []
     for state, target in zip(state_dicts, uris, strict=True):
         entries = _entries(state)
@@ -231,7 +209,7 @@ def save_sharded(
         [size for size, _ in written],
         __version__,
         sha256s=[digest for _, digest in written],
-        source_opts=_source_only(native_opts),
+        source_opts=_options.without_key(native_opts),
     )
     return uris
 
@@ -240,12 +218,12 @@ def _save_packed(
     state_dicts: Sequence[torch.nn.Module | Mapping[str, Any] | Sequence[Any]],
     uri: str,
     exact_index: bool | None,
-    opts: dict[str, Any],
+    opts: SaveOptions,
 ) -> str:
-    native_opts = _native_opts(opts)
-    directory = shard.is_directory(uri)
+    native_opts = _options.save_settings(opts)
+    directory = _location.is_dir(uri)
     if directory:
-        uri = uri.rstrip("/") + "/" + shard.DEFAULT_FILE
+        uri = _location.child(uri, shard.DEFAULT_FILE)
     elif shard.is_template(uri):
         raise InvalidArgumentError(
             f"{uri!r} is a per-rank template, but packed=True writes one object: "
@@ -261,6 +239,6 @@ def _save_packed(
         for name, ttype, idx, tensor in own:
             entries.append((packed.prefixed(rank, name, uri=uri), ttype, idx, tensor))
     if directory:
-        shard.remove_stale_manifest(uri, _source_only(native_opts))
+        shard.remove_stale_manifest(uri, _options.without_key(native_opts))
     _write(uri, entries, exact_index, native_opts)
     return uri

@@ -1,26 +1,29 @@
-"""One measured load in a fresh process: ``python -m fastshard.bench.child
-SPEC_JSON`` prints one JSON line (seconds, bytes, peak RSS, what the loader
-returned as a digest, the loader's own counters).
+"""One measured load in a fresh process: ``python -m fastshard.bench.child``
+with the JSON spec in $FASTSHARD_BENCH_SPEC (or as its argument) prints one
+JSON line: seconds, bytes, CPU seconds, minor page
+faults, RSS before and at its peak during the load, the digest of what the
+loader returned, and the loader's own counters.
 
-Everything the loader imports is imported before the clock starts; the
-digest is computed after it stops.
+Everything the loader imports is imported before the clock starts, and the
+digest is computed after it stops. Ranks of one tensor-parallel load
+(``world_size`` > 1) wait at a barrier (``barrier``: a folder every rank
+marks) so they start together; cooperative ranks join a gloo group first.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
-import hashlib
 import json
 import os
+import resource
 import sys
-import threading
 import time
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-MiB = 1 << 20
+from . import loaders, raw
+
+SPEC_ENV = "FASTSHARD_BENCH_SPEC"
 
 
 def _status_bytes(field: str) -> int:
@@ -31,209 +34,115 @@ def _status_bytes(field: str) -> int:
     return 0
 
 
-def split(size: int, n: int) -> list[tuple[int, int]]:
-    """``n`` contiguous [start, end) ranges covering ``size`` bytes, as equal as possible."""
-    n = max(1, min(n, size))
-    step, extra = divmod(size, n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + step + (1 if i < extra else 0)
-        out.append((start, end))
-        start = end
-    return out
+def _reset_peak_rss() -> bool:
+    """Reset VmHWM to the current RSS (Linux >= 4.0), so it measures the load alone."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
-def parallel_get(url: str, view: memoryview, ranges: list[tuple[int, int]]) -> None:
-    """One thread per range, each one ranged GET ``readinto`` its part of
-    ``view`` (object offsets = view offsets)."""
-    import http.client
-
-    parts = urlsplit(url)
-    target = parts.path + (f"?{parts.query}" if parts.query else "")
-    https = parts.scheme == "https"
-    conn_cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
-    errors: list[BaseException] = []
-
-    def fetch(start: int, end: int) -> None:
-        try:
-            conn = conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=120)
-            conn.request("GET", target, headers={"Range": f"bytes={start}-{end - 1}"})
-            resp = conn.getresponse()
-            if resp.status != 206:
-                raise RuntimeError(f"GET {start}-{end - 1}: HTTP {resp.status}")
-            pos = start
-            while pos < end:
-                n = resp.readinto(view[pos:end])
-                if not n:
-                    raise RuntimeError(f"short body at {pos} of {start}-{end - 1}")
-                pos += n
-            conn.close()
-        except BaseException as e:  # noqa: BLE001 (raised below, in the main thread)
-            errors.append(e)
-
-    threads = [threading.Thread(target=fetch, args=r) for r in ranges]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+def _usage() -> tuple[float, float, int]:
+    """(user s, system s, minor faults) of this process and of the children it
+    reaped (curl)."""
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return s.ru_utime + c.ru_utime, s.ru_stime + c.ru_stime, s.ru_minflt + c.ru_minflt
 
 
-def _ceiling_remote(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """``streams`` ranged GETs into one pre-faulted buffer: the transfer
-    alone, no tensors, no page faults."""
-    buf = spec["_buf"]
-    ranges = split(spec["size"], spec.get("streams", 16))
-    parallel_get(spec["url"], memoryview(buf), ranges)
-    return buf, {"requests": len(ranges), "bytes_fetched": spec["size"]}
+def _disable_thp() -> None:
+    """No transparent huge pages in this process, even where a loader madvises them."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(41, 1, 0, 0, 0) != 0:  # PR_SET_THP_DISABLE
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_THP_DISABLE) failed")
 
 
-def _ceiling_file(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    """A plain sequential read of the file into one pre-faulted buffer."""
-    buf = spec["_buf"]
-    view = memoryview(buf)
-    with open(spec["path"], "rb", buffering=0) as f:
-        pos = 0
-        while pos < len(buf):
-            n = f.readinto(view[pos : pos + 64 * MiB])
-            if not n:
-                raise RuntimeError(f"short read at {pos}")
-            pos += n
-    return buf, {"bytes_fetched": len(buf)}
+def _barrier(folder: str, rank: int, world: int, timeout: float = 600) -> None:
+    """Mark this rank ready, then wait (1 ms polls) until every rank is."""
+    Path(folder, f"ready-{rank}").touch()
+    deadline = time.monotonic() + timeout
+    while len(list(Path(folder).glob("ready-*"))) < world:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"rank {rank}: the other ranks did not start in {timeout:.0f} s")
+        time.sleep(0.001)
 
 
-def _fastshard(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    import fastshard
+def _join_group(spec: dict[str, Any]) -> None:
+    import torch.distributed as dist
 
-    ws = spec.get("world_size", 1)
-    opts = dict(spec.get("opts", {}))
-    if "key_hex" in spec:  # JSON carries no key object: the raw 32-byte key, as hex
-        opts["encryption"] = fastshard.EncryptionKey.from_bytes(bytes.fromhex(spec["key_hex"]))
-    with fastshard.open(spec["uri"], **opts) as f:
-        kwargs: dict[str, Any] = {}
-        if ws > 1:  # rank's dim-0 slice of every 2-D tensor that splits evenly
-            specs = {i.name: (0 if len(i.shape) == 2 and i.shape[0] % ws == 0 else None)
-                     for i in f.infos()}  # fmt: skip
-            kwargs = {"rank": spec["rank"], "world_size": ws, "shard_specs": specs}
-        sd = f.load_state_dict(**kwargs)
-        st = f.stats
-    return sd, {
-        "requests": st.requests,
-        "retries": st.retries,
-        "bytes_fetched": st.bytes_fetched,
-        "concurrency": st.concurrency,
-        "staging_peak_bytes": st.peak_host_bytes,
-    }
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{spec['group_file']}",
+        rank=spec["rank"],
+        world_size=spec["world_size"],
+    )
 
 
-def _tensorizer(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from tensorizer import TensorDeserializer
-    from tensorizer.stream_io import open_stream
+def _digest(loader: str, result: Any) -> tuple[int, str | None]:
+    """(bytes, digest) of what ``loader`` returned."""
+    if loader == "curl":
+        return int(result), None
+    if loader in loaders.RAW:
+        from .workload import bytes_digest
 
-    stream = open_stream(spec["uri"], "rb", **spec.get("opts", {}))
-    kwargs: dict[str, Any] = {"verify_hash": bool(spec.get("verify_hash", False))}
-    if "key_hex" in spec:
-        from tensorizer import DecryptionParams
+        return len(result), bytes_digest(result)
+    from .workload import digest
 
-        kwargs["encryption"] = DecryptionParams.from_key(bytes.fromhex(spec["key_hex"]))
-    with TensorDeserializer(stream, device="cpu", **kwargs) as d:
-        sd = {k: d[k] for k in d.keys()}  # noqa: SIM118 (a Mapping)
-    with contextlib.suppress(Exception):
-        stream.close()
-    return sd, {}
-
-
-def _runai(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    from runai_model_streamer import SafetensorsStreamer
-
-    sd = {}
-    with SafetensorsStreamer() as streamer:
-        streamer.stream_file(spec["uri"])
-        for name, tensor in streamer.get_tensors():
-            sd[name] = tensor.clone()  # as vLLM's loader does: the streamer reuses its buffer
-    return sd, {}
-
-
-def _safetensors(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    import torch
-    from safetensors.torch import load_file
-
-    sd = load_file(spec["path"])
-    for t in sd.values():  # materialise: touch every page of every tensor
-        flat = t.reshape(-1).view(torch.uint8)
-        if flat.numel():
-            flat[::4096].sum()
-    return sd, {}
-
-
-def _torch(spec: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-    import torch
-
-    return torch.load(spec["path"], map_location="cpu", weights_only=True), {}
-
-
-LOADERS: dict[str, Callable[[dict[str, Any]], tuple[Any, dict[str, Any]]]] = {
-    "fastshard": _fastshard,
-    "tensorizer": _tensorizer,
-    "runai": _runai,
-    "safetensors": _safetensors,
-    "torch": _torch,
-}
+    return sum(t.nbytes for t in result.values()), digest(result)
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     loader = spec["loader"]
-    import torch  # noqa: F401 (imported before the clock, like every loader's modules)
-
+    if spec.get("no_thp"):
+        _disable_thp()
+    loaders.prepare(loader)
     if loader == "ceiling":
-        size = spec["size"]
-        spec["_buf"] = bytearray(size)  # zero-filled: pre-faulted
-        fn = _ceiling_file if spec["source"] == "file" else _ceiling_remote
-    else:
-        fn = LOADERS[loader]
-        with contextlib.suppress(ImportError):
-            if loader == "fastshard":
-                import fastshard
-
-                fastshard.open  # noqa: B018 (resolves the lazily imported reader)
-            elif loader == "tensorizer":
-                import tensorizer.stream_io  # noqa: F401
-            elif loader == "runai":
-                import runai_model_streamer  # noqa: F401
-            elif loader == "safetensors":
-                import safetensors.torch  # noqa: F401
+        spec["_buf"] = raw.buffer(spec)
+    if spec.get("cooperative"):
+        _join_group(spec)
+    if spec.get("barrier"):
+        _barrier(spec["barrier"], spec["rank"], spec["world_size"])
     gc.collect()
     base = _status_bytes("VmRSS")
-    cpu = os.times()
+    hwm_before = _status_bytes("VmHWM")  # the imports' peak
+    reset = _reset_peak_rss()
+    before = _usage()
     start = time.perf_counter()
-    result, extra = fn(spec)
+    result, extra = loaders.LOADERS[loader](spec)
     seconds = time.perf_counter() - start
-    cpu_end = os.times()
+    user, system, faults = (a - b for a, b in zip(_usage(), before, strict=True))
+    peak = _status_bytes("VmHWM")
     out: dict[str, Any] = {
         "seconds": seconds,
-        "start": start,
-        # This process's CPU over the load (all threads): on a shared host the
-        # client's cost per byte decides what is left for the server.
-        "cpu_seconds": (cpu_end.user - cpu.user) + (cpu_end.system - cpu.system),
+        "start": start,  # perf_counter is system-wide on Linux: ranks compare
+        # This process's CPU over the load (all threads, reaped children): on a
+        # shared host the client's cost per byte decides what the server gets.
+        "cpu_seconds": user + system,
+        "cpu_sys_seconds": system,
+        "minor_faults": faults,
         "rss_before_bytes": base,
-        "peak_rss_bytes": _status_bytes("VmHWM"),
+        "peak_rss_bytes": peak,
+        "peak_is_load_only": reset,
+        "process_max_rss_bytes": max(peak, hwm_before),
         **extra,
     }
-    if loader == "ceiling":
-        out["bytes"] = len(result)
-        out["digest"] = hashlib.sha256(result).hexdigest()
-    else:
-        from .workload import digest
+    if spec.get("cooperative"):
+        import torch.distributed as dist
 
-        out["bytes"] = sum(t.nbytes for t in result.values())
-        out["digest"] = digest(result)
+        dist.destroy_process_group()
+    out["bytes"], out["digest"] = _digest(loader, result)
     out.setdefault("bytes_fetched", out["bytes"])
+    if loader not in loaders.RAW:
+        out["tensors"] = len(result)
     return out
 
 
 def main() -> int:
-    spec = json.loads(sys.argv[1])
+    spec = json.loads(sys.argv[1] if len(sys.argv) > 1 else os.environ.pop(SPEC_ENV))
     print(json.dumps(run(spec)), flush=True)
     return 0
 

@@ -8,13 +8,40 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .servers import free_port
+from .procs import free_port
+
+BIN = Path(sys.executable).parent  # the venv's vllm and fastshard commands
+
+
+def engine_env(endpoint: str, access_key: str, secret_key: str, cache: Path) -> dict[str, str]:
+    """The environment a vLLM engine runs with here: the CPU engine, offline,
+    a small KV cache, vLLM's and fastshard's caches under ``cache`` (one per
+    session: the first engine starts cold, the others warm), S3 settings as
+    tensorizer and vLLM users set them, and this venv's commands first."""
+    return {
+        **os.environ,
+        "VLLM_TARGET_DEVICE": "cpu",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "OMP_WAIT_POLICY": "PASSIVE",  # generation crawls on 2 shared cores otherwise
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "VLLM_CACHE_ROOT": str(cache / "vllm"),
+        "FASTSHARD_CACHE_DIR": str(cache / "fastshard"),
+        "S3_ENDPOINT_URL": endpoint,
+        "S3_ACCESS_KEY_ID": access_key,
+        "S3_SECRET_ACCESS_KEY": secret_key,
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "PATH": os.pathsep.join((str(BIN), os.environ.get("PATH", ""))),
+    }
 
 
 def get_json(url: str, timeout: float = 10) -> Any:

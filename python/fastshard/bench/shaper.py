@@ -1,7 +1,7 @@
 """The shaping proxy (examples/shaper.rs) from Python: an object store's
 first-byte latency and per-connection bandwidth, on loopback, in front of
-SeaweedFS or nginx. For tests and benchmarks of a checkout (the binary is
-built by ``cargo test`` or ``cargo build --example shaper``)."""
+SeaweedFS or nginx, for tests and the network benchmark. The binary is
+found, never built (``find_shaper``)."""
 
 from __future__ import annotations
 
@@ -13,39 +13,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import servers
+from .procs import MissingBinary, loopback, spawn
+from .procs import stop as stop_process
 
-REPO = Path(__file__).resolve().parents[3]
+BUILD = "cargo build --release --example shaper --no-default-features"
+
+
+def _checkout() -> Path | None:
+    """The fastshard source tree this package runs from, if it runs from one
+    (python/fastshard/bench/ inside a checkout); None when installed."""
+    root = Path(__file__).resolve().parents[3]
+    return root if (root / "examples" / "shaper.rs").is_file() else None
 
 
 def find_shaper(release: bool = False) -> str:
-    """$FASTSHARD_SHAPER, else the release build under target/ if there is
-    one (a debug proxy on two cores can be what binds), else (unless
-    ``release``) the debug one."""
+    """The shaping proxy's binary: $FASTSHARD_SHAPER, else, when running from
+    a checkout, its target/release build, then (unless ``release``: a debug
+    proxy spends the cores the loaders are measured on) its target/debug
+    build, which ``cargo test`` makes. Never built here: an installed package
+    has no sources to build, and a checkout's build is the developer's call."""
     if env := os.environ.get("FASTSHARD_SHAPER"):
-        return env
-    for profile in ("release",) if release else ("release", "debug"):
-        path = REPO / "target" / profile / "examples" / "shaper"
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path)
-    flag = " --release" if release else ""
-    raise servers.MissingBinary(
-        f"the shaping proxy is not built: cargo build{flag} --no-default-features "
-        "--example shaper (cargo test also builds the debug one)"
+        if os.path.isfile(env) and os.access(env, os.X_OK):
+            return env
+        raise MissingBinary(f"FASTSHARD_SHAPER={env} is not an executable file")
+    root = _checkout()
+    if root is not None:
+        target = Path(os.environ.get("CARGO_TARGET_DIR") or root / "target")
+        for profile in ("release",) if release else ("release", "debug"):
+            path = target / profile / "examples" / "shaper"
+            if path.is_file() and os.access(path, os.X_OK):
+                return str(path)
+    where = f"in {root}" if root else "in a fastshard checkout"
+    raise MissingBinary(
+        f"the shaping proxy (examples/shaper.rs) is not built: run `{BUILD}` {where}, "
+        "or set FASTSHARD_SHAPER to the binary"
     )
-
-
-def ensure_shaper(release: bool = False) -> str:
-    """``find_shaper(release)``, building the example first when there is
-    none (`cargo test` builds the debug one before pytest in CI; the
-    dependencies are usually built already). Benchmarks ask for the
-    release proxy: a debug one spends the cores the loaders are measured on."""
-    try:
-        return find_shaper(release)
-    except servers.MissingBinary:
-        cmd = ["cargo", "build", "--no-default-features", "--example", "shaper"]
-        subprocess.run(cmd + (["--release"] if release else []), cwd=REPO, check=True)
-        return find_shaper(release)
 
 
 @dataclass
@@ -60,15 +62,12 @@ class Shaper:
     jitter_ms: float = 0.0
     rate_mbps: float = 25.0
     port: int = 0
+    endpoint: str = ""  # http://127.0.0.1:port, once started
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def _stats_path(self) -> Path:
-        return self.root / "shaper-stats.json"
+    def __post_init__(self) -> None:
+        # Counters the proxy rewrites every 100 ms (``stats``).
+        self._stats_path = self.root / "shaper-stats.json"
 
     def start(self, binary: str | None = None) -> Shaper:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -87,12 +86,13 @@ class Shaper:
             "--stats",
             str(self._stats_path),
         ]
-        self.proc = servers.spawn(cmd, log)
+        self.proc = spawn(cmd, log)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             text = log.read_text(errors="replace")
             if text.startswith("listening "):
                 self.port = int(text.split()[1].rsplit(":", 1)[1])
+                self.endpoint = loopback(self.port)
                 return self
             if self.proc.poll() is not None:
                 break
@@ -110,5 +110,5 @@ class Shaper:
 
     def stop(self) -> None:
         if self.proc is not None:
-            servers.stop(self.proc)
+            stop_process(self.proc)
             self.proc = None

@@ -1,34 +1,31 @@
-"""The tensors a benchmark loads, the objects it writes them as, and the
-digest every loader's result is checked against.
+"""The tensors a benchmark loads, the objects it writes them as, how a
+tensor-parallel rank's share is cut from them, and the one digest every
+loader's result is checked against.
 
 Every tensor comes from a seed, so each loader (and each run) sees the same
-bytes. Shapes: ``llm`` (a Llama-like fp16 model: embeddings, attention and
-MLP weights, norms), ``uniform`` (16 MiB fp16 tensors) and ``many-small``
-(64 KiB tensors: per-tensor overheads dominate).
+bytes. Shapes (``params.SHAPES``): ``llm`` (a Llama-like fp16 model:
+embeddings, attention and MLP weights, norms), ``uniform`` (16 MiB fp16
+tensors), ``many-small`` (64 KiB tensors: per-tensor overheads dominate) and
+``experts`` (4-64 KiB tensors of mixed sizes, named like a mixture of
+experts' weights).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from . import SHAPES
+from .params import SHAPES, KiB, MiB
 
-KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 StateDict = dict[str, torch.Tensor]
-
-
-def parse_size(text: str) -> int:
-    """``64MiB``, ``1GiB``, ``500MB``, ``1e9`` → bytes."""
-    units = {"kib": KiB, "mib": MiB, "gib": GiB, "kb": 10**3, "mb": 10**6, "gb": 10**9, "b": 1}
-    t = text.strip().lower()
-    for unit, factor in sorted(units.items(), key=lambda kv: -len(kv[0])):
-        if t.endswith(unit):
-            return int(float(t[: -len(unit)]) * factor)
-    return int(float(t))
+Specs = dict[str, int | None]  # tensor name → the dim a rank's slice is cut along (None: whole)
+ROW_PARALLEL = ("o_proj.weight", "down_proj.weight")  # split along dim 1 in tensor parallelism
+EXPERT_MEAN = 34 * KiB  # the mean size of an ``experts`` tensor (rows uniform in 32..512)
 
 
 def llama_shapes(
@@ -58,17 +55,27 @@ def llama_shapes(
 
 
 def _llm_shapes(size: int) -> Iterator[tuple[str, tuple[int, ...]]]:
-    hidden = 2048 if size >= GiB else 1024 if size >= 256 * MiB else 512
+    hidden = 2048 if size >= 1 << 30 else 1024 if size >= 256 * MiB else 512
     return llama_shapes(size, hidden, hidden * 11 // 4, hidden // 8, 16 * hidden)
 
 
-def shapes(kind: str, size: int) -> list[tuple[str, tuple[int, ...]]]:
+def _expert_shapes(size: int, gen: torch.Generator) -> list[tuple[str, tuple[int, ...]]]:
+    count = max(1, size // EXPERT_MEAN)
+    rows = torch.randint(32, 513, (count,), generator=gen).tolist()  # 4-64 KiB of fp16 x 64
+    return [
+        (f"model.layers.{i // 64}.experts.{i % 64}.w{i % 3}", (r, 64)) for i, r in enumerate(rows)
+    ]
+
+
+def shapes(kind: str, size: int, seed: int = 0) -> list[tuple[str, tuple[int, ...]]]:
     if kind == "llm":
         return list(_llm_shapes(size))
     if kind == "uniform":
         return [(f"w{i:05d}", (4096, 2048)) for i in range(max(1, size // (16 * MiB)))]
     if kind == "many-small":
         return [(f"t{i:06d}", (128, 256)) for i in range(max(1, size // (64 * KiB)))]
+    if kind == "experts":
+        return _expert_shapes(size, torch.Generator().manual_seed(seed + 1))
     raise ValueError(f"unknown shape {kind!r}; one of {', '.join(SHAPES)}")
 
 
@@ -76,21 +83,36 @@ def state_dict(kind: str, size: int, seed: int = 0) -> StateDict:
     gen = torch.Generator().manual_seed(seed)
     return {
         name: torch.randn(shape, generator=gen, dtype=torch.float16)
-        for name, shape in shapes(kind, size)
+        for name, shape in shapes(kind, size, seed)
     }
 
 
+def total_bytes(sd: StateDict) -> int:
+    return sum(t.nbytes for t in sd.values())
+
+
+# -- the digest ------------------------------------------------------------
+
+
 def digest(sd: StateDict) -> str:
-    """Names, dtypes, shapes and bytes, in name order (loaders differ in order)."""
+    """SHA-256 over names, dtypes, shapes and bytes, in name order (loaders
+    differ in order). SHA-256 because OpenSSL's is the fastest hash here."""
     h = hashlib.sha256()
     for name in sorted(sd):
         t = sd[name].detach().cpu().contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy().data)
     return h.hexdigest()
 
 
-def file_sha256(path: Path) -> str:
+def bytes_digest(data: bytes | bytearray | memoryview) -> str:
+    """The raw clients' digest: SHA-256 of the object's bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_digest(path: Path) -> str:
+    """``bytes_digest`` of a file's contents, read in 16 MiB chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(16 * MiB):
@@ -98,32 +120,143 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def write_objects(sd: StateDict, folder: Path) -> dict[str, Path]:
-    """The same tensors as a tensorizer object (written by tensorizer when
-    installed), a fastshard object, a safetensors object and a torch file;
-    formats whose writer is missing are left out."""
-    folder.mkdir(parents=True, exist_ok=True)
-    out: dict[str, Path] = {}
+# -- tensor-parallel shares --------------------------------------------------
+
+
+def split_specs(sd: StateDict, world: int, rule: str = "tp") -> Specs:
+    """Which dim each tensor is cut along for ``world`` ranks. ``tp``: as a
+    Llama is split (o_proj/down_proj along dim 1, other 2-D weights along
+    dim 0, the rest replicated); ``dim0``: every 2-D tensor along dim 0.
+    A tensor whose dim does not divide by ``world`` is replicated."""
+    out: Specs = {}
+    for name, t in sd.items():
+        dim = None
+        if t.dim() == 2:
+            dim = 1 if rule == "tp" and name.endswith(ROW_PARALLEL) else 0
+            if t.shape[dim] % world:
+                dim = None
+        out[name] = dim
+    return out
+
+
+def shard(sd: StateDict, specs: Specs, rank: int, world: int) -> StateDict:
+    """Rank ``rank``'s share: each tensor's slice along its spec's dim."""
+    out = {}
+    for name, t in sd.items():
+        dim = specs.get(name)
+        out[name] = (t if dim is None else t.chunk(world, dim)[rank]).contiguous()
+    return out
+
+
+def rank_digests(sd: StateDict, specs: Specs, world: int) -> list[str]:
+    return [digest(shard(sd, specs, r, world)) for r in range(world)]
+
+
+# -- objects -----------------------------------------------------------------
+
+FORMATS = ("fastshard", "tensorizer", "safetensors", "torch")
+FILENAMES = {
+    "fastshard": "model.fastshard.tensors",
+    "tensorizer": "model.tensors",
+    "safetensors": "model.safetensors",
+    "torch": "model.pt",
+}
+
+
+@dataclass
+class Objects:
+    """One state dict written as files: format → path, and who wrote each."""
+
+    paths: dict[str, Path] = field(default_factory=dict)
+    writers: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def __getitem__(self, fmt: str) -> Path:
+        return self.paths[fmt]
+
+    def __contains__(self, fmt: object) -> bool:
+        return fmt in self.paths
+
+
+def _write_tensorizer(sd: StateDict, path: Path) -> str:
+    from tensorizer import TensorSerializer, __version__
+
+    ser = TensorSerializer(str(path))
+    ser.write_state_dict(sd)
+    ser.close()
+    return f"tensorizer {__version__}"
+
+
+def _write_fastshard(sd: StateDict, path: Path) -> str:
     import fastshard
 
-    out["fastshard"] = folder / "model.fastshard.tensors"
-    fastshard.save(sd, out["fastshard"])
-    try:
-        from tensorizer import TensorSerializer
+    fastshard.save(sd, path)
+    return "fastshard.save"
 
-        out["tensorizer"] = folder / "model.tensors"
-        ser = TensorSerializer(str(out["tensorizer"]))
-        ser.write_state_dict(sd)
-        ser.close()
-    except ImportError:
-        pass
-    try:
-        from safetensors.torch import save_file
 
-        out["safetensors"] = folder / "model.safetensors"
-        save_file(sd, str(out["safetensors"]))
-    except ImportError:
-        pass
-    out["torch"] = folder / "model.pt"
-    torch.save(sd, out["torch"])
-    return out
+def _write_safetensors(sd: StateDict, path: Path) -> str:
+    import safetensors
+    from safetensors.torch import save_file
+
+    save_file(sd, str(path))
+    return f"safetensors {safetensors.__version__}"
+
+
+def _write_torch(sd: StateDict, path: Path) -> str:
+    torch.save(sd, path)
+    return f"torch.save {torch.__version__}"
+
+
+WRITERS: dict[str, Callable[[StateDict, Path], str]] = {
+    "fastshard": _write_fastshard,
+    "tensorizer": _write_tensorizer,
+    "safetensors": _write_safetensors,
+    "torch": _write_torch,
+}
+
+
+def _tensorizer_fallback(sd: StateDict, path: Path, objs: Objects, err: Exception) -> str:
+    """tensorizer's index is a fixed 256 KiB and overflows at a few thousand
+    tensors; its reader has no such limit, so fastshard writes that file."""
+    import fastshard
+
+    path.unlink(missing_ok=True)
+    fastshard.save(sd, path, exact_index=True)
+    objs.notes.append(
+        f"tensorizer cannot write {len(sd)} tensors ({err}), so fastshard.save wrote "
+        f"{path.name} with an exact-size index; tensorizer's reader loads that file"
+    )
+    return "fastshard.save (exact-size index)"
+
+
+def write_objects(
+    sd: StateDict,
+    folder: Path,
+    formats: tuple[str, ...] = FORMATS,
+    log: Callable[[str], None] = print,
+) -> Objects:
+    """The same tensors in each of ``formats`` under ``folder``; a format
+    whose writer is not installed is left out."""
+    from .deps import PEER_MODULES, installed
+
+    folder.mkdir(parents=True, exist_ok=True)
+    objs = Objects()
+    for fmt in formats:
+        module = PEER_MODULES.get(fmt)
+        if module is not None and not installed(module):
+            continue
+        path = folder / FILENAMES[fmt]
+        path.unlink(missing_ok=True)
+        start = time.perf_counter()
+        try:
+            who = WRITERS[fmt](sd, path)
+        except RuntimeError as err:  # tensorizer: "Metadata overflow"
+            if fmt != "tensorizer":
+                raise
+            who = _tensorizer_fallback(sd, path, objs, err)
+        objs.paths[fmt], objs.writers[fmt] = path, who
+        secs = time.perf_counter() - start
+        log(
+            f"  wrote {path.name} ({path.stat().st_size / MiB:,.0f} MiB) with {who} in {secs:.1f} s"
+        )
+    return objs

@@ -23,6 +23,8 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
+from . import _ready
+
 FORMAT = "fastshard"
 TENSORIZER_FORMAT = "tensorizer"
 TAKEOVER_ENV = "FASTSHARD_TAKEOVER_TENSORIZER"
@@ -92,7 +94,7 @@ class _RegisterOnImport(importlib.abc.MetaPathFinder):
             run(module)
             _register_now()
 
-        loader.exec_module = exec_module  # type: ignore[method-assign]
+        loader.exec_module = exec_module
         return spec
 
 
@@ -101,10 +103,13 @@ def _remove_hook() -> None:
 
 
 def loader_ready() -> None:
-    """Called by loader.py once its module is complete: registration that
-    had to wait for it (see _register_now) happens now."""
+    """Called once loader.py's module is complete (through ``_ready``):
+    registration that had to wait for it (see _register_now) happens now."""
     if _wanted and REGISTRY_MODULE in sys.modules:
         _register_now()
+
+
+_ready.listen(loader_ready)
 
 
 def register() -> None:

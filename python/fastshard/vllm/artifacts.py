@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .. import _native
+from .. import _location, _native
 from ..errors import IntegrityError, InvalidArgumentError, NotFoundError
 from ..shard import MANIFEST_NAME
 
@@ -157,8 +157,7 @@ def fetch_artifacts(prefix: str, cache_dir: Path, opts: dict[str, Any]) -> list[
     (under its lock), each checked against its size and SHA-256, skipping
     those already there; returns their paths. Every name is checked before
     anything is written."""
-    if not prefix.endswith("/"):
-        prefix += "/"
+    prefix = _location.as_directory(prefix)
     entries = _read_index(prefix, opts)
     with _locked(cache_dir):
         cache_dir.mkdir(exist_ok=True)

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .. import _location
 from .._native import SOURCE_OPTIONS
 from ..errors import InvalidArgumentError
 
@@ -163,7 +164,7 @@ def _uri(merged: dict[str, Any]) -> str | None:
     if tdir:
         # A directory: its fastshard-manifest.json names the per-rank files,
         # otherwise model.tensors in it (tensorizer's meaning of the key).
-        return tdir if tdir.endswith("/") else tdir + "/"
+        return _location.as_directory(tdir)
     return None
 
 

@@ -15,8 +15,8 @@ from torch import nn
 
 import fastshard
 
+from .._types import LoadStats
 from ..errors import InvalidArgumentError
-from ..reader import LoadStats
 from . import ranks as _ranks
 
 log = logging.getLogger("vllm.fastshard")

@@ -4,22 +4,25 @@ the loader (and vLLM's loader registry) just to read a key."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from .. import _native
+from .. import _location, _native
+from .._options import source_options
 from ..crypt import EncryptionKey
 from ..errors import NotFoundError
-from ..reader import source_options
 
 _KEY_MAX_BYTES = 64
 
 
-def encryption_key(keyfile: str, opts: dict[str, Any]) -> EncryptionKey:
+def encryption_key(keyfile: str, opts: Mapping[str, Any]) -> EncryptionKey:
     """The key in ``keyfile``: a local path, or an ``s3://`` / ``http(s)://``
     object read with the weights' source options."""
-    if "://" in keyfile and not keyfile.startswith("file://"):
-        raw = _native.read_object(keyfile, max_bytes=_KEY_MAX_BYTES, **source_options(opts))
-        if raw is None:
-            raise NotFoundError(f"encryption_keyfile {keyfile} does not exist", uri=keyfile)
-        return EncryptionKey.from_bytes(raw)
-    return EncryptionKey.from_file(keyfile.removeprefix("file://"))
+    path = _location.local_path(keyfile)
+    if path is not None:
+        return EncryptionKey.from_file(path)
+    raw = _native.read_object(keyfile, max_bytes=_KEY_MAX_BYTES, **source_options(opts))
+    if raw is None:
+        shown = _location.display(keyfile)
+        raise NotFoundError(f"encryption_keyfile {shown} does not exist", uri=shown)
+    return EncryptionKey.from_bytes(raw)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -43,10 +43,12 @@ from vllm.utils.torch_utils import set_default_torch_dtype
 
 import fastshard
 
+from .._options import Budget
+from .._types import LoadStats
 from ..errors import InvalidArgumentError, ShardMismatchError
-from ..reader import LoadStats
-from . import hf, loader_ready
+from . import hf
 from . import ranks as _ranks
+from ._ready import loader_ready
 from .config import LoaderConfig, parse_extra_config
 from .keyfile import encryption_key
 from .names import CHECKPOINT_MARKER, MARKER
@@ -108,7 +110,8 @@ class FastshardModelLoader(BaseModelLoader):
             if not plan.processed:
                 # Checkpoint-form weights: vLLM's own sequence (create,
                 # load_weights, then the full post-load processing).
-                return super().load_model(vllm_config, model_config, prefix)
+                model: nn.Module = super().load_model(vllm_config, model_config, prefix)
+                return model
             return self._load_processed(vllm_config, model_config, prefix)
         finally:
             self._planned = None
@@ -116,11 +119,13 @@ class FastshardModelLoader(BaseModelLoader):
     def _load_processed(
         self, vllm_config: VllmConfig, model_config: ModelConfig, prefix: str
     ) -> nn.Module:
-        load_device = vllm_config.device_config.device
+        # Both are resolved to torch types by the time a model is loaded;
+        # vLLM's annotations also allow the names it resolves them from.
+        load_device: Any = vllm_config.device_config.device
         if vllm_config.load_config.device is not None:
             load_device = vllm_config.load_config.device
         target_device = torch.device(load_device)
-        with set_default_torch_dtype(model_config.dtype):
+        with set_default_torch_dtype(cast(torch.dtype, model_config.dtype)):
             with target_device:
                 model = self.create_model(vllm_config, model_config, prefix)
             self.load_weights(model, model_config)
@@ -189,11 +194,12 @@ class FastshardModelLoader(BaseModelLoader):
                 model._parameters.pop(name, None)
 
     def _load_hf(self, model: nn.Module, model_config: ModelConfig, plan: Plan) -> LoadStats:
-        limit = self.config.open_opts.get("max_host_bytes", hf.BATCH_BYTES)
+        limit = Budget(self.config.open_opts.get("max_host_bytes")).or_default(hf.BATCH_BYTES)
         with fastshard.open(plan.uri, **self.open_options()) as f:
             feed = hf.Feed(f, model, plan.ranks, limit, self.config.cooperative)
             try:
-                loaded = model.load_weights(feed)
+                # Every vLLM model class has load_weights; nn.Module does not declare it.
+                loaded = cast(Any, model).load_weights(feed)
             except (ValueError, KeyError, AssertionError, RuntimeError) as e:
                 if isinstance(e, fastshard.FastshardError):
                     raise

@@ -30,17 +30,18 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .. import _location
+from .._options import source_options
 from ..errors import InvalidArgumentError, UnsupportedError
-from ..reader import source_options
 from .artifacts import cache_dir_for, fetch_artifacts
 from .config import parse_extra_config
 
 log = logging.getLogger("vllm.fastshard")
 
-# Only s3://: vLLM's engine arguments resolve any other URL as a Hugging Face
-# repo (its speculator check, its offline mode) before a model config is made,
-# so http(s):// prefixes go through `fastshard serve` instead.
-REMOTE_SCHEMES = ("s3://",)
+# Only s3:// is redirected: vLLM's engine arguments resolve any other URL as
+# a Hugging Face repo (its speculator check, its offline mode) before a model
+# config is made, so http(s):// prefixes go through `fastshard serve` instead.
+REMOTE_KINDS = ("s3",)
 TESTED_VERSIONS = ("0.32", "0.33")
 _PATCHED = "__fastshard_remote_model__"
 # EngineArgs fields the rewrite reads and sets.
@@ -59,7 +60,8 @@ def vllm_version() -> str:
 
 
 def is_remote(model: object) -> bool:
-    return isinstance(model, str) and model.lower().startswith(REMOTE_SCHEMES)
+    # The scheme's case is not significant (RFC 3986), the rest of the URI is.
+    return isinstance(model, str) and _location.kind(model.lower()) in REMOTE_KINDS
 
 
 def _extra_dict(extra: object) -> dict[str, Any]:
@@ -93,7 +95,7 @@ def redirect(args: Any, formats: tuple[str, ...]) -> None:
             uri=model,
         )
     assert isinstance(model, str)
-    prefix = model if model.endswith("/") else model + "/"
+    prefix = _location.as_directory(model)
     extra = _extra_dict(args.model_loader_extra_config)
     opts = source_options(parse_extra_config(extra).open_opts)
     cache = cache_dir_for(prefix)

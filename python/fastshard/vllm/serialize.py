@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 
-from .. import __version__, shard, writer
+from .. import __version__, _location, shard, writer
+from .._options import SourceOptions, save_settings, source_options
 from ..errors import InvalidArgumentError
-from ..reader import source_options
 from . import ranks as _ranks
 from .artifacts import copy_artifacts, model_directory
 from .checkpoint import check_loadable, checkpoint_form
@@ -35,13 +35,13 @@ log = logging.getLogger("fastshard")
 
 def _template(uri: str) -> str:
     """The per-rank template for ``uri``; a local directory is created."""
-    if shard.is_directory(uri) or uri.endswith("/"):
-        uri = uri.rstrip("/") + "/" + shard.DEFAULT_TEMPLATE
+    if _location.is_dir(uri):
+        uri = _location.child(uri, shard.DEFAULT_TEMPLATE)
     if not shard.is_template(uri):
         raise InvalidArgumentError(
             f"{uri!r} is neither a directory nor a per-rank template (model-rank-%03d.tensors)"
         )
-    path = shard.local_path(uri)
+    path = _location.local_path(uri)
     if path is not None and os.path.dirname(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
     return uri
@@ -53,7 +53,7 @@ def save_rank(
     *,
     encryption_keyfile: str | None = None,
     processed: bool = False,
-    **opts: Any,
+    **opts: Unpack[SourceOptions],
 ) -> dict[str, Any]:
     """Write this worker's rank of ``model`` to ``uri`` (a template or a
     directory); returns ``{"rank", "world_size", "uri", "size", "sha256"}``.
@@ -65,7 +65,7 @@ def save_rank(
     ranks = _ranks.current()
     template = _template(uri)
     target = shard.format_rank(template, ranks.file_rank)
-    native = dict(opts)
+    native: dict[str, Any] = dict(opts)
     if encryption_keyfile is not None:
         native["encryption"] = encryption_key(encryption_keyfile, opts)
     markers = (MARKER,) if processed else (MARKER, CHECKPOINT_MARKER)
@@ -75,7 +75,7 @@ def save_rank(
         model.register_parameter(name, torch.nn.Parameter(marker, requires_grad=False))
     try:
         size, digest = writer._write(
-            target, writer._entries(model), None, writer._native_opts(native), sha256=True
+            target, writer._entries(model), None, save_settings(native), sha256=True
         )
     finally:
         for name in added:
@@ -108,7 +108,7 @@ def serialize(
     *,
     encryption_keyfile: str | None = None,
     artifacts: bool = True,
-    **opts: Any,
+    **opts: Unpack[SourceOptions],
 ) -> str:
     """Write every rank of ``llm`` (a ``vllm.LLM`` started with
     ``worker_extension_cls=WORKER_EXTENSION``) to ``uri`` (a directory or
@@ -119,7 +119,7 @@ def serialize(
     template = _template(uri)
     source_opts = source_options(opts)
     shard.remove_stale_manifest(template, source_opts)
-    options = dict(opts)
+    options: dict[str, Any] = dict(opts)
     if encryption_keyfile is not None:
         options["encryption_keyfile"] = encryption_keyfile
     results = llm.collective_rpc(SAVE_METHOD, kwargs={"uri": template, "options": options})
@@ -141,7 +141,7 @@ def serialize(
     if artifacts:
         model_config = llm.llm_engine.model_config
         source = model_directory(str(model_config.model), model_config.revision)
-        dest_dir = template[: template.rfind("/") + 1]
+        dest_dir = _location.directory(template)
         copied = copy_artifacts(source, dest_dir, source_opts)
         log.info("fastshard: copied %d artifacts to %s: %s", len(copied), dest_dir, copied)
     return location

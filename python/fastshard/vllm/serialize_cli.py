@@ -14,24 +14,26 @@ import argparse
 import dataclasses
 from typing import Any
 
+from ._commands import Subparsers, vllm_subcommand
 from .names import WORKER_EXTENSION
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser(
+def add_parser(sub: Subparsers) -> None:
+    p = vllm_subcommand(
+        sub,
         "serialize",
+        cmd_serialize,
         usage="fastshard serialize [--encryption-keyfile FILE] [--no-artifacts] URI "
         "--model MODEL [vllm engine arguments...]",
-        help="write a vLLM model's ranks, manifest and artifacts (local or S3)",
+        summary="write a vLLM model's ranks, manifest and artifacts (local or S3)",
         description="Start vLLM with the given engine arguments and write every tensor- and "
         "pipeline-parallel rank's weights to URI (a directory or s3:// prefix, or a per-rank "
         "template), then fastshard-manifest.json and the model's non-weight files.",
+        uri_help=None,
+        rest_help="vLLM engine arguments",
     )
     p.add_argument("--encryption-keyfile", help="32-byte key file (local or s3://) to encrypt with")
     p.add_argument("--no-artifacts", action="store_true", help="write the weights only")
-    p.add_argument("uri")
-    p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="vLLM engine arguments")
-    p.set_defaults(func=cmd_serialize)
 
 
 def engine_kwargs(vllm_args: list[str]) -> dict[str, Any]:

@@ -19,6 +19,8 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from .. import _location
+from ._commands import Subparsers, vllm_subcommand
 from .artifacts import cache_dir_for, cache_root, fetch_artifacts
 
 _OWNED = ("--load-format", "--model-loader-extra-config")
@@ -33,7 +35,7 @@ def vllm_command(
                 f"fastshard serve: {arg.split('=', 1)[0]} is set by fastshard serve; pass "
                 "loader keys with --loader-config JSON"
             )
-    extra = {**loader_config, "uri": uri if uri.endswith("/") else uri + "/"}
+    extra = {**loader_config, "uri": _location.as_directory(uri)}
     return [
         "vllm",
         "serve",
@@ -46,16 +48,19 @@ def vllm_command(
     ]
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser(
+def add_parser(sub: Subparsers) -> None:
+    p = vllm_subcommand(
+        sub,
         "serve",
+        cmd_serve,
         usage="fastshard serve [--cache-dir DIR] [--loader-config JSON] [--print-command] "
         "URI [vllm serve arguments...]",
-        help="serve a fastshard-serialized model from S3 with vLLM",
+        summary="serve a fastshard-serialized model from S3 with vLLM",
         description="Fetch the model's non-weight files into a local cache, then exec "
         "`vllm serve <cache> --load-format fastshard` with the weights read from URI.",
+        uri_help="s3://bucket/prefix/ (or a URL or directory) written by serialize",
+        rest_help="arguments for vllm serve",
     )
-    p.add_argument("uri", help="s3://bucket/prefix/ (or a URL or directory) written by serialize")
     p.add_argument(
         "--cache-dir",
         type=Path,
@@ -68,8 +73,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--print-command", action="store_true", help="fetch, print the vllm command, do not run it"
     )
-    p.add_argument("vllm_args", nargs=argparse.REMAINDER, help="arguments for vllm serve")
-    p.set_defaults(func=cmd_serve)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

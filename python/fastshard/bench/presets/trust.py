@@ -1,4 +1,4 @@
-"""Trust benchmark (issue 8): what verify_hash and encryption cost.
+"""What verify_hash and encryption cost.
 
 Each variant (plain, verify_hash, encrypted, encrypted + verify_hash) is loaded by fastshard
 and by tensorizer from a local file and from S3 (SeaweedFS on loopback), every load in a
@@ -7,9 +7,7 @@ each variant's throughput as a ratio of the same loader's plain load in the same
 target is fastshard >= 0.8x. Also printed: what one core of this machine hashes per second
 (SHA-256, CRC32), which bounds a verified load on a machine with few cores.
 
-    python benches/bench_trust.py [--size 512MiB] [--repeat 3] [--sources file,s3]
-
-Writes .bench/trust/results.json and table.md.
+    fastshard bench --preset trust [--size 512MiB] [--repeat 3] [--sources file,s3]
 """
 
 from __future__ import annotations
@@ -20,18 +18,15 @@ import os
 import secrets
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 import zlib
 from pathlib import Path
 from typing import Any
 
-import fastshard
-from fastshard.bench import measure, servers, sources, workload
-from fastshard.bench import report as report_io
+from .. import deps, measure, report, sources
+from ..params import BENCH_DIR, SHAPES, add_out, names, size_arg
 
-REPO = Path(__file__).resolve().parent.parent
 TARGET = 0.8
 VARIANTS = {  # name -> (verify_hash, encrypted)
     "plain": (False, False),
@@ -64,12 +59,9 @@ def cases(
             if loader not in where:
                 continue
             spec: dict[str, Any] = {"loader": loader, "source": source, **where[loader][obj]}
+            spec["verify_hash"] = verify
             if encrypted:
                 spec["key_hex"] = key_hex
-            if loader == "fastshard":
-                spec["opts"] = {**spec.get("opts", {}), "verify_hash": verify}
-            else:
-                spec["verify_hash"] = verify
             out.append(measure.Case(source, loader, spec, expect, label=f"{loader}:{variant}"))
     return out
 
@@ -105,28 +97,59 @@ def table(results: dict[tuple[str, str], list[dict[str, Any]]]) -> tuple[str, li
     return "\n".join(lines), verdicts
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--size", default="512MiB")
-    p.add_argument("--shape", default="llm", choices=sorted(workload.SHAPES))
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--size", type=size_arg, default="512MiB")
+    p.add_argument("--shape", default="llm", choices=SHAPES)
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--sources", default="file,s3")
     p.add_argument("--loaders", default="fastshard,tensorizer")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=str(REPO / ".bench" / "trust"))
-    args = p.parse_args(argv)
-    which = set(args.sources.split(","))
-    loaders = set(args.loaders.split(","))
-    if not sources.installed("tensorizer"):
-        loaders.discard("tensorizer")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    add_out(p, str(BENCH_DIR / "trust"))
+
+
+def requires(args: argparse.Namespace) -> list[str]:
+    return ["torch"]
+
+
+def _cases(
+    which: set[str], files: dict[str, Path], up: dict[str, Any], loaders: list[str], key: bytes,
+    expect: str,
+) -> list[measure.Case]:  # fmt: skip
+    """Every variant for every loader, from the local files and, when it is
+    up, from S3."""
+    out = []
+    if "file" in which:
+        where = {n: {o: {"uri": str(f)} for o, f in files.items()} for n in loaders}
+        out += cases(where, "file", key.hex(), expect)
+    if "s3" in up:
+        s3 = up["s3"]
+        uris = {o: s3.upload(f, f"trust/{f.name}") for o, f in files.items()}
+        opts = {"fastshard": s3.opts(), "tensorizer": sources.tensorizer_s3_opts(s3)}
+        where = {n: {o: {"uri": u, "opts": opts[n]} for o, u in uris.items()} for n in loaders}
+        out += cases(where, "s3", key.hex(), expect)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    import fastshard
+
+    from .. import workload
+
+    which = set(names(args.sources))
+    skipped: dict[str, str] = {}
+    loaders = deps.runnable(
+        [n for n in names(args.loaders) if n in ("fastshard", "tensorizer")], skipped
+    )
+    programs = sources.find_servers(which & {"s3"}, skipped)
+    if not loaders or not ("file" in which or programs):
+        raise deps.MissingDependency(
+            f"fastshard bench --preset trust: nothing to measure ({skipped})"
+        )
     scratch = Path(tempfile.mkdtemp(prefix="fastshard-trust-"))
     key = secrets.token_bytes(32)
     try:
-        size = workload.parse_size(args.size)
-        print(f"writing a {args.shape} workload of {size / 2**20:.0f} MiB ...", flush=True)
-        sd = workload.state_dict(args.shape, size, args.seed)
+        print(f"writing a {args.shape} workload of {args.size / 2**20:.0f} MiB ...", flush=True)
+        sd = workload.state_dict(args.shape, args.size, args.seed)
         expect = workload.digest(sd)
         files = {"plain": scratch / "plain.tensors", "encrypted": scratch / "encrypted.tensors"}
         fastshard.save(sd, files["plain"])
@@ -134,41 +157,21 @@ def main(argv: list[str] | None = None) -> int:
         del sd
         rates = core_rates()
         print("one core: " + ", ".join(f"{k} {v:.2f} GB/s" for k, v in rates.items()), flush=True)
-        all_cases: list[measure.Case] = []
-        with sources.local_servers(scratch, which & {"s3"}, print) as up:
-            if "file" in which:
-                where = {name: {o: {"uri": str(f)} for o, f in files.items()} for name in loaders}
-                all_cases += cases(where, "file", key.hex(), expect)
-            if "s3" in up:
-                s3: servers.SeaweedFS = up["s3"]
-                uris = {o: s3.upload(f, f"trust/{f.name}") for o, f in files.items()}
-                tz_opts = {
-                    "s3_access_key_id": s3.access_key,
-                    "s3_secret_access_key": s3.secret_key,
-                    "s3_endpoint": s3.endpoint,
-                    "force_http": True,
-                }
-                where = {}
-                if "fastshard" in loaders:
-                    where["fastshard"] = {o: {"uri": u, "opts": s3.opts()} for o, u in uris.items()}
-                if "tensorizer" in loaders:
-                    where["tensorizer"] = {o: {"uri": u, "opts": tz_opts} for o, u in uris.items()}
-                all_cases += cases(where, "s3", key.hex(), expect)
+        with sources.local_servers(scratch, programs) as up:
+            all_cases = _cases(which, files, up, loaders, key, expect)
             results = measure.rounds(all_cases, args.repeat, args.seed)
-        text, verdicts = table(results)
-        title = (
-            f"{args.shape}, {size / 2**20:.0f} MiB, {time.strftime('%Y-%m-%d %H:%M')}, "
-            f"{os.cpu_count()} CPUs; one core: "
-            + ", ".join(f"{k} {v:.2f} GB/s" for k, v in rates.items())
-        )
-        print(f"\n{title}\n\n{text}\n")
-        for v in verdicts:
-            print(v)
-        body = f"{title}\n\n{text}\n\n" + "\n".join(verdicts) + "\n"
-        return report_io.save_runs(out, title, body, results)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    text, verdicts = table(results)
+    title = (
+        f"{args.shape}, {args.size / 2**20:.0f} MiB, {time.strftime('%Y-%m-%d %H:%M')}, "
+        f"{os.cpu_count()} CPUs; one core: "
+        + ", ".join(f"{k} {v:.2f} GB/s" for k, v in rates.items())
+    )
+    body = f"{title}\n\n{text}\n\n" + "\n".join(verdicts)
+    print("\n" + body)
+    recs = report.records(results)
+    report.write(
+        args.out, recs, {"args": vars(args), "skipped": skipped, "core": rates}, body, results
+    )
+    return report.exit_code(recs)

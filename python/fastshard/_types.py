@@ -1,0 +1,131 @@
+"""The value types of a load (``TensorInfo``, ``LoadStats``) and the
+protocol the staging ring and cooperative loads fill tensors through.
+
+A leaf: torch is named in annotations only, so the CLI (no torch) can
+import what imports this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from ._options import Budget
+    from .tp import Slice
+
+PathPart = str | int
+NameOrPath = str | Sequence[PathPart]
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """What the index says about one tensor. ``nbytes`` is its size in memory
+    (meta tensors store no bytes but load as zeros of this size); ``offset`` is
+    the absolute file offset of its data; ``path`` is set for nested
+    (0x1E path) names; ``tensor_type`` is 0 param, 1 buffer, 2 state dict."""
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    nbytes: int
+    offset: int
+    path: tuple[PathPart, ...] | None
+    tensor_type: int
+
+
+@dataclass
+class LoadStats:
+    """Counters of one load. ``seconds`` is the wall time of the whole call
+    (allocation, reads, casts, device copies); ``gbps`` = bytes_fetched /
+    seconds / 1e9. ``bytes_wanted`` is what the load needed (tensor bytes
+    and record headers); ``read_amplification`` = bytes_fetched /
+    bytes_wanted (gap bytes bridged between wanted ranges, e.g. the columns
+    of other ranks in a row-parallel slice). ``peak_host_bytes``: most
+    memory the load held at once beyond the destinations (record headers,
+    gap scratch, staging slabs for casts and device copies, exchange
+    buffers); with ``max_host_bytes`` it never exceeds that budget.
+    ``bytes_staged``: tensor bytes that went through the staging slabs
+    (destinations on CUDA or of another dtype) rather than straight into
+    their destination. Phases: ``discovery_seconds`` (the open: header and
+    index), ``plan_seconds`` (matching names, slicing, allocating, until
+    the first read), ``fetch_seconds`` (time in native loads) and
+    ``copy_seconds`` (the calling thread copying or casting staged bytes
+    and waiting for device copies). The staging ring fetches while it
+    copies, so the phases can add up to more than ``seconds``."""
+
+    bytes_fetched: int = 0
+    bytes_wanted: int = 0
+    read_amplification: float = 0.0
+    requests: int = 0
+    retries: int = 0
+    seconds: float = 0.0
+    gbps: float = 0.0
+    peak_host_bytes: int = 0
+    concurrency: int = 0
+    bytes_staged: int = 0
+    discovery_seconds: float = 0.0
+    plan_seconds: float = 0.0
+    fetch_seconds: float = 0.0
+    copy_seconds: float = 0.0
+
+    @classmethod
+    def of_native(cls, raw: Mapping[str, float]) -> LoadStats:
+        """The stats of one native load (``_native.Reader.load``'s dict)."""
+        seconds = float(raw.get("seconds", 0.0))
+        return cls(
+            bytes_fetched=int(raw.get("bytes_fetched", 0)),
+            bytes_wanted=int(raw.get("bytes_wanted", 0)),
+            requests=int(raw.get("requests", 0)),
+            retries=int(raw.get("retries", 0)),
+            seconds=seconds,
+            peak_host_bytes=int(raw.get("peak_host_bytes", 0)),
+            concurrency=int(raw.get("concurrency", 0)),
+            fetch_seconds=seconds,
+        )
+
+    def add(self, other: LoadStats, held: int = 0) -> None:
+        """Fold in the stats of one more native call of the same load, made
+        while ``held`` bytes of temporaries were alive."""
+        self.bytes_fetched += other.bytes_fetched
+        self.bytes_wanted += other.bytes_wanted
+        self.requests += other.requests
+        self.retries += other.retries
+        self.bytes_staged += other.bytes_staged
+        self.fetch_seconds += other.fetch_seconds
+        self.copy_seconds += other.copy_seconds
+        self.peak_host_bytes = max(self.peak_host_bytes, other.peak_host_bytes + held)
+        self.concurrency = max(self.concurrency, other.concurrency)
+
+    def finish(self, seconds: float) -> None:
+        """Set the wall time of the whole load and what follows from it."""
+        self.seconds = seconds
+        self.gbps = self.bytes_fetched / seconds / 1e9 if seconds > 0 else 0.0
+        if self.bytes_wanted:
+            self.read_amplification = self.bytes_fetched / self.bytes_wanted
+
+
+class TensorSource(Protocol):
+    """What the staging ring and the cooperative load need of an opened
+    file: its tensors' index entries, the load's memory budget and hash
+    setting, and native loads straight into byte buffers."""
+
+    @property
+    def uri(self) -> str: ...
+    @property
+    def file_size(self) -> int: ...
+    @property
+    def budget(self) -> Budget: ...
+    @property
+    def verify_hash(self) -> bool: ...
+    def info_at(self, index: int) -> TensorInfo: ...
+    def fill(
+        self,
+        indices: Sequence[int],
+        tensors: Sequence[torch.Tensor],
+        slices: Sequence[Slice | None] | None = None,
+        **overrides: Any,
+    ) -> LoadStats: ...

@@ -1,0 +1,2 @@
+"""The presets of ``fastshard bench`` (``--preset NAME``), one module each;
+``fastshard.bench.command`` lists them."""

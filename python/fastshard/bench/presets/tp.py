@@ -1,0 +1,147 @@
+"""Tensor-parallel loading at world size N from one model on a local S3
+server (``make bench-tp``).
+
+One Llama-shaped fp16 model is stored three ways on SeaweedFS: unsharded
+(one object), as N per-rank files, and as one packed object holding every
+rank's records. N processes start together (a barrier) and each gets its
+rank's tensor-parallel weights (q/k/v/gate/up/embeddings/lm_head split along
+dim 0, o/down along dim 1, norms replicated):
+
+- tensorizer: each rank reads the whole unsharded object (open_stream +
+  TensorDeserializer), as vLLM's loader does for an unsharded file;
+- per-rank: each rank loads its own file with fastshard;
+- packed: each rank reads its records of the packed object;
+- unsharded: each rank reads its slices of the unsharded object;
+- cooperative: the ranks (a gloo group) fetch the unsharded object once
+  between them and exchange the pieces.
+
+Reported per mode: bytes fetched by all ranks (index reads included), the
+slowest rank's seconds, and the aggregate rate at which ranks got their
+weights. Every rank's tensors are checked against its expected slices.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .. import deps, measure, report, sources
+from ..params import BENCH_DIR, GiB, add_out, names
+
+MODES = ("tensorizer", "per-rank", "packed", "unsharded", "cooperative")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--size-gib", type=float, default=1.0)
+    p.add_argument("--world-size", type=int, default=4)
+    p.add_argument("--repeat", type=int, default=1, help="measured runs per mode")
+    p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset")
+    p.add_argument("--seed", type=int, default=0)
+    add_out(p, str(BENCH_DIR / "tp"))
+
+
+def requires(args: argparse.Namespace) -> list[str]:
+    return ["torch", "boto3"]
+
+
+def _store(s3: Any, args: argparse.Namespace, modes: list[str]) -> dict[str, Any]:
+    """The model on the server every way the modes read it; what each rank must get."""
+    import fastshard
+
+    from .. import workload
+
+    world = args.world_size
+    sd = workload.state_dict("llm", int(args.size_gib * GiB), args.seed)
+    specs = workload.split_specs(sd, world, rule="tp")
+    shards = [workload.shard(sd, specs, r, world) for r in range(world)]
+    base = f"s3://{s3.bucket}/bench-tp"
+    uris = {
+        "full": f"{base}/full.tensors",
+        "per_rank": f"{base}/ranks/model-rank-%03d.tensors",
+        "packed": f"{base}/packed.tensors",
+    }
+    opts = s3.opts()
+    fastshard.save(sd, uris["full"], **opts)
+    fastshard.save_sharded(shards, uris["per_rank"], **opts)
+    if "packed" in modes:
+        fastshard.save_sharded(shards, uris["packed"], packed=True, **opts)
+    with fastshard.open(uris["full"], **opts) as f:
+        size = f.file_size
+    return {
+        "uris": uris,
+        "specs": specs,
+        "wants": [workload.digest(s) for s in shards],
+        "size": size,
+        "share": sum(workload.total_bytes(s) for s in shards),
+    }
+
+
+def mode_case(mode: str, s3: Any, stored: dict[str, Any], world: int) -> measure.Case:
+    uris, specs = stored["uris"], stored["specs"]
+    if mode == "tensorizer":
+        spec = {"loader": "tensorizer", "uri": uris["full"], "shard_specs": specs}
+        spec.update(opts=sources.tensorizer_s3_opts(s3), object_bytes=stored["size"])
+    else:
+        uri = {"per-rank": uris["per_rank"], "packed": uris["packed"]}.get(mode, uris["full"])
+        spec = {"loader": "fastshard", "uri": uri, "opts": s3.opts()}
+        if mode in ("unsharded", "cooperative"):
+            spec["shard_specs"] = specs
+        spec["cooperative"] = mode == "cooperative"
+    case = measure.Case("s3", spec["loader"], spec, label=mode, server_pid=s3.proc.pid)
+    case.world_size, case.expect_ranks = world, stored["wants"]
+    return case
+
+
+def table(results: measure.Results, stored: dict[str, Any]) -> str:
+    lines = [
+        "| mode | bytes fetched (all ranks) | × object | slowest rank s | aggregate GB/s "
+        "| vs tensorizer | data equal |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    size, share = stored["size"], stored["share"]
+    best = {}
+    for (_, mode), runs in results.items():
+        fastest = min(runs, key=lambda r: r["slowest_rank_seconds"])
+        best[mode] = (fastest, all(r["verified"] for r in runs))
+    base = best.get("tensorizer", (None,))[0]
+    for mode, (r, ok) in best.items():
+        fetched = r["bytes_fetched"] + r["discovery_bytes"]
+        wall = r["slowest_rank_seconds"]
+        vs = f"{base['slowest_rank_seconds'] / wall:.2f}×" if base else "n/a"
+        lines.append(
+            f"| {mode} | {fetched / 1e9:.3f} GB | {fetched / size:.2f} | {wall:.2f} "
+            f"| {share / wall / 1e9:.2f} | {vs} | {'yes' if ok else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    modes = [m for m in names(args.modes) if m in MODES]
+    skipped: dict[str, str] = {}
+    if "tensorizer" in modes and not deps.runnable(["tensorizer"], skipped):
+        modes.remove("tensorizer")
+    programs = sources.find_servers({"s3"}, skipped)
+    if not programs or not modes:
+        raise deps.MissingDependency(f"fastshard bench --preset tp: nothing to measure ({skipped})")
+    root = Path(tempfile.mkdtemp(prefix="fastshard-tp-"))
+    try:
+        with sources.local_servers(root, programs) as up:
+            s3 = up["s3"]
+            stored = _store(s3, args, modes)
+            print(
+                f"world size {args.world_size}; object {stored['size'] / 1e9:.2f} GB; "
+                f"ranks' shares together {stored['share'] / 1e9:.2f} GB",
+                flush=True,
+            )
+            cases = [mode_case(m, s3, stored, args.world_size) for m in modes]
+            results = measure.rounds(cases, args.repeat, args.seed, warmup=False)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    text = table(results, stored)
+    recs = report.records(results)
+    report.write(args.out, recs, {"args": vars(args), "skipped": skipped}, text, results)
+    print("\n" + text)
+    return report.exit_code(recs)

@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+"""Fail when the module graph has an arrow back up.
+
+Python (python/fastshard): no import cycle between modules. Every import
+counts wherever it is written, inside a function too: an import deferred to
+call time still ties the two modules together. The one exception is an
+import under ``if TYPE_CHECKING:``, which never runs and exists only so
+annotations can name a type. A package's ``__init__`` is a module like any
+other; importing ``a.b`` is not counted as importing ``a`` (Python runs
+``a/__init__`` first, but the code of ``a.b`` does not depend on it).
+Dynamic imports (``importlib.import_module`` with a computed name) are not
+seen.
+
+Rust (rust/): no two top-level modules (``rust/<name>.rs`` or
+``rust/<name>/``, lib.rs excepted) that refer to each other, through
+``crate::<other>`` paths anywhere in the code (``use`` or inline) or
+``super::`` paths that climb out of the module. Reported always; an error
+only with ``--rust`` (until the tree is clean of such pairs).
+
+Exit status: 0 clean, 1 a violation. ``--graph`` prints the Python module
+graph (each module and what it imports), for notes and reviews.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- Python ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    file: Path
+    line: int
+
+
+def python_modules(package: Path) -> dict[str, Path]:
+    """Dotted module name → file, for every module of the package at ``package``.
+    A native extension counts through its stub (``_native.pyi``), so
+    importing it is an edge to a leaf rather than to the package."""
+    base = package.name
+    out: dict[str, Path] = {}
+    for path in sorted([*package.rglob("*.py"), *package.rglob("*.pyi")]):
+        parts = list(path.relative_to(package).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out.setdefault(".".join([base, *parts]), path)  # a .py before its .pyi
+    return out
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """ids of the import nodes under ``if TYPE_CHECKING:`` (or
+    ``typing.TYPE_CHECKING``), which never run."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.If):
+            continue
+        test = node.test
+        name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)
+        if name != "TYPE_CHECKING":
+            continue
+        for stmt in node.body:
+            for inner in ast.walk(stmt):
+                if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                    skipped.add(id(inner))
+    return skipped
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from X import ...`` names."""
+    if node.level == 0:
+        return node.module or ""
+    parts = module.split(".")
+    if not is_package:
+        parts = parts[:-1]  # relative to the module's own package
+    if node.level > 1:
+        parts = parts[: len(parts) - (node.level - 1)]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def python_edges(package: Path) -> tuple[list[Edge], set[str]]:
+    """Every import between modules of the package (TYPE_CHECKING ones left
+    out), and the module names."""
+    modules = python_modules(package)
+    edges: list[Edge] = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        skipped = _type_checking_only(tree)
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(name, is_package, node)
+                for alias in node.names:
+                    # "from pkg import mod" imports the module pkg.mod;
+                    # "from pkg import name" runs pkg (its __init__).
+                    sub = f"{base}.{alias.name}"
+                    targets.append(sub if sub in modules else base)
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]  # "import a.b.c" of a name in a.b
+                if target and target != name:
+                    edges.append(Edge(name, target, path, node.lineno))
+    return edges, set(modules)
+
+
+def cycles(nodes: Iterable[str], edges: Iterable[tuple[str, str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan), each sorted."""
+    graph: dict[str, set[str]] = {n: set() for n in nodes}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+
+    def visit(start: str) -> None:
+        # Iterative, so a deep graph cannot hit the recursion limit.
+        nonlocal counter
+        work: list[tuple[str, Iterator[str]]] = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    component.append(top)
+                    if top == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+
+    for n in sorted(graph):
+        if n not in index:
+            visit(n)
+    return sorted(found)
+
+
+def check_python(package: Path, root: Path) -> list[str]:
+    edges, modules = python_edges(package)
+    problems = []
+    for component in cycles(modules, ((e.source, e.target) for e in edges)):
+        members = set(component)
+        inside = sorted(
+            {
+                f"  {e.source} -> {e.target} ({_shown(e.file, root)}:{e.line})"
+                for e in edges
+                if e.source in members and e.target in members
+            }
+        )
+        problems.append(
+            f"python import cycle between {len(component)} modules: {', '.join(component)}\n"
+            + "\n".join(inside)
+        )
+    return problems
+
+
+def python_graph(package: Path) -> str:
+    edges, modules = python_edges(package)
+    out: dict[str, set[str]] = {m: set() for m in modules}
+    for e in edges:
+        out[e.source].add(e.target)
+    prefix = package.name + "."
+    lines = []
+    for m in sorted(out):
+        short = sorted(t.removeprefix(prefix) for t in out[m])
+        lines.append(f"{m.removeprefix(prefix)} -> {', '.join(short) if short else '(none)'}")
+    return "\n".join(lines)
+
+
+# -- Rust --------------------------------------------------------------------
+
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+# Strings, chars and raw strings, so a path inside one is not a reference;
+# lifetimes ('a) are left alone by requiring the closing quote.
+_LITERAL = re.compile(r'r(#*)".*?"\1|b?"(?:\\.|[^"\\])*"|b?\'(?:\\.|[^\'\\])\'', re.S)
+_TOKEN = re.compile(r"\bmod\s+([A-Za-z_]\w*)\s*\{|[{}]|\b(crate|super)((?:\s*::\s*super)*)\s*::\s*")
+_IDENT = re.compile(r"\s*([A-Za-z_]\w*)")
+
+
+def _strip(source: str) -> str:
+    # Keep line count (for messages) by replacing with spaces of equal length.
+    def blank(m: re.Match[str]) -> str:
+        return re.sub(r"[^\n]", " ", m.group(0))
+
+    return _LITERAL.sub(blank, _COMMENT.sub(blank, source))
+
+
+def _group_heads(text: str, at: int) -> list[str]:
+    """First identifier of each item of a ``{a::x, b, c::{..}}`` group
+    starting at ``text[at] == "{"``."""
+    depth, heads, expect = 0, [], True
+    i = at
+    while i < len(text):
+        c = text[i]
+        if c == "{":
+            depth += 1
+            expect = depth == 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                break
+        elif c == "," and depth == 1:
+            expect = True
+        elif expect and depth == 1 and (c.isalpha() or c == "_"):
+            m = _IDENT.match(text, i)
+            assert m is not None
+            heads.append(m.group(1))
+            i = m.end()
+            expect = False
+            continue
+        i += 1
+    return heads
+
+
+def _file_module(path: Path, rust: Path) -> list[str]:
+    parts = list(path.relative_to(rust).with_suffix("").parts)
+    if parts[-1] == "mod":
+        parts = parts[:-1]
+    return parts
+
+
+def rust_references(path: Path, rust: Path) -> Iterator[tuple[str, int]]:
+    """(top-level module referred to, line) for every ``crate::`` or
+    ``super::`` path in one file."""
+    text = _strip(path.read_text())
+    file_mod = _file_module(path, rust)
+    inline: list[tuple[str, int]] = []  # inline `mod x {` and the brace depth it opened at
+    depth = 0
+    for m in _TOKEN.finditer(text):
+        tok = m.group(0)
+        if m.group(1):
+            depth += 1
+            inline.append((m.group(1), depth))
+            continue
+        if tok == "{":
+            depth += 1
+            continue
+        if tok == "}":
+            if inline and inline[-1][1] == depth:
+                inline.pop()
+            depth -= 1
+            continue
+        here = file_mod + [name for name, _ in inline]
+        if m.group(2) == "crate":
+            base: list[str] = []
+        else:
+            ups = 1 + m.group(3).count("super")
+            if ups > len(here):
+                continue  # above the crate root: not valid Rust, nothing to say
+            base = here[: len(here) - ups]
+        line = text.count("\n", 0, m.start()) + 1
+        if base:
+            yield base[0], line
+            continue
+        rest = m.end()
+        if rest < len(text) and text[rest] == "{":
+            for head in _group_heads(text, rest):
+                yield head, line
+        else:
+            ident = _IDENT.match(text, rest)
+            if ident is not None:
+                yield ident.group(1), line
+
+
+def rust_edges(rust: Path) -> list[Edge]:
+    tops = {p.stem for p in rust.glob("*.rs") if p.name != "lib.rs"}
+    tops |= {p.name for p in rust.iterdir() if p.is_dir()}
+    edges = []
+    for path in sorted(rust.rglob("*.rs")):
+        if path.parent == rust and path.name == "lib.rs":
+            continue
+        own = _file_module(path, rust)[0]
+        for target, line in rust_references(path, rust):
+            if target in tops and target != own:
+                edges.append(Edge(own, target, path, line))
+    return edges
+
+
+def check_rust(rust: Path, root: Path) -> list[str]:
+    edges = rust_edges(rust)
+    by_pair: dict[tuple[str, str], list[Edge]] = {}
+    for e in edges:
+        by_pair.setdefault((e.source, e.target), []).append(e)
+    problems = []
+    for a, b in sorted(by_pair):
+        if a < b and (b, a) in by_pair:
+            where = [
+                f"  {e.source} -> {e.target} ({_shown(e.file, root)}:{e.line})"
+                for e in by_pair[(a, b)][:5] + by_pair[(b, a)][:5]
+            ]
+            more = len(by_pair[(a, b)]) + len(by_pair[(b, a)]) - len(where)
+            problems.append(
+                f"rust modules {a} and {b} import each other "
+                f"({len(by_pair[(a, b)])} + {len(by_pair[(b, a)])} references)\n"
+                + "\n".join(where)
+                + (f"\n  … {more} more" if more > 0 else "")
+            )
+    return problems
+
+
+def _shown(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--root", type=Path, default=ROOT, help="repository root")
+    ap.add_argument("--rust", action="store_true", help="Rust pairs fail the check too")
+    ap.add_argument("--graph", action="store_true", help="print the Python module graph")
+    args = ap.parse_args(argv)
+    root = args.root.resolve()
+    package = root / "python" / "fastshard"
+    rust = root / "rust"
+    if args.graph:
+        print(python_graph(package))
+        return 0
+    failed = False
+    py_problems = check_python(package, root) if package.is_dir() else []
+    for p in py_problems:
+        print(f"error: {p}", file=sys.stderr)
+    failed |= bool(py_problems)
+    rust_problems = check_rust(rust, root) if rust.is_dir() else []
+    label = "error" if args.rust else "warning"
+    for p in rust_problems:
+        print(f"{label}: {p}", file=sys.stderr)
+    failed |= args.rust and bool(rust_problems)
+    if not failed:
+        note = f" ({len(rust_problems)} Rust pairs reported, not enforced)" if rust_problems else ""
+        print(f"layers: no Python import cycle{note}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""scripts/check_layers.py: it must catch an arrow back up in a tree built
+here (Python import cycles, imports inside functions included; Rust
+top-level modules that refer to each other), and pass a tree without one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "check_layers.py"
+
+
+def tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    return root
+
+
+def check(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--root", str(root), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+PKG = "python/fastshard/"
+
+
+def test_an_import_inside_a_function_closes_a_cycle(tmp_path: Path) -> None:
+    root = tree(
+        tmp_path,
+        {
+            PKG + "__init__.py": "",
+            PKG + "reader.py": "from . import shard\n",
+            PKG + "shard.py": """\
+                def shown(uri):
+                    from .reader import display  # deferred, still a cycle
+                    return display(uri)
+            """,
+        },
+    )
+    out = check(root)
+    assert out.returncode == 1, out
+    assert "fastshard.reader, fastshard.shard" in out.stderr
+    assert "python/fastshard/shard.py:2" in out.stderr  # where the back edge is
+
+
+def test_a_cycle_through_relative_imports_of_a_subpackage(tmp_path: Path) -> None:
+    root = tree(
+        tmp_path,
+        {
+            PKG + "__init__.py": "",
+            PKG + "options.py": "import fastshard.sub.loader as l\n",
+            PKG + "sub/__init__.py": "",
+            PKG + "sub/loader.py": "from .. import options\n",
+        },
+    )
+    out = check(root)
+    assert out.returncode == 1, out
+    assert "fastshard.options, fastshard.sub.loader" in out.stderr
+
+
+def test_type_checking_imports_and_a_dag_pass(tmp_path: Path) -> None:
+    root = tree(
+        tmp_path,
+        {
+            PKG + "__init__.py": "from .errors import Error\n",
+            PKG + "errors.py": "class Error(Exception): ...\n",
+            PKG + "_native.pyi": "def f() -> None: ...\n",
+            PKG + "reader.py": "from . import _native, ring\nfrom .errors import Error\n",
+            PKG + "ring.py": """\
+                from typing import TYPE_CHECKING
+
+                from . import _native
+                if TYPE_CHECKING:
+                    from .reader import Reader  # annotations only
+            """,
+        },
+    )
+    out = check(root)
+    assert out.returncode == 0, out
+    graph = check(root, "--graph").stdout
+    assert "reader -> _native, errors, ring" in graph
+    assert "ring -> _native" in graph
+    assert "errors -> (none)" in graph
+
+
+RUST_PAIR = {
+    "rust/lib.rs": "pub mod exec;\npub mod io;\npub mod format;\n",
+    "rust/exec/mod.rs": "pub mod executor;\n",
+    "rust/exec/executor.rs": """\
+        use crate::{format::Index, io::RangeSource};
+        // crate::nothing in a comment does not count
+        const S: &str = "crate::io::ignored";
+    """,
+    "rust/io/mod.rs": "pub mod file;\n",
+    "rust/io/file.rs": """\
+        fn f<'a>(x: &'a str) -> &'a str {
+            super::super::exec::runtime();
+            x
+        }
+    """,
+    "rust/format/mod.rs": """\
+        mod tests {
+            use super::*;
+            use super::super::format::Index;
+        }
+    """,
+}
+
+
+def test_rust_modules_that_import_each_other_are_reported(tmp_path: Path) -> None:
+    root = tree(tmp_path, RUST_PAIR)
+    out = check(root)
+    assert out.returncode == 0, out  # reported, not enforced without --rust
+    assert "warning: rust modules exec and io import each other (1 + 1 references)" in out.stderr
+    assert "rust/io/file.rs:2" in out.stderr
+    assert "format" not in out.stderr.split("import each other")[0]
+    strict = check(root, "--rust")
+    assert strict.returncode == 1, strict
+    assert "error: rust modules exec and io" in strict.stderr
+
+
+def test_rust_one_way_references_pass_with_rust(tmp_path: Path) -> None:
+    files = dict(RUST_PAIR)
+    files["rust/io/file.rs"] = "use crate::format::Index;\n"
+    out = check(tree(tmp_path, files), "--rust")
+    assert out.returncode == 0, out
+    assert "rust" not in out.stderr

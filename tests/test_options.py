@@ -1,0 +1,123 @@
+"""Options of the public functions: every one is typed (visible to IDEs and
+type checkers), documented, and the list agrees with the native layer's;
+unknown ones still raise at run time; the memory budget is divided as the
+staging ring and cooperative loads expect."""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+
+import pytest
+import torch
+
+import fastshard
+from fastshard import _native, _options
+from fastshard._options import Budget, OpenOptions, SaveOptions
+
+
+def test_the_typed_options_are_the_native_layers() -> None:
+    assert _options.SourceOptions.__optional_keys__ == set(_native.SOURCE_OPTIONS)
+    assert not _options.OpenOptions.__required_keys__
+    load_only = OpenOptions.__optional_keys__ - _options.SourceOptions.__optional_keys__
+    assert load_only == {
+        "verify_hash",
+        "concurrency",
+        "part_size_bytes",
+        "max_host_bytes",
+        "throughput_target_gbps",
+        "encryption",
+        "progress",
+    }
+    assert SaveOptions.__optional_keys__ == set(_native.SOURCE_OPTIONS) | {"encryption"}
+
+
+def test_every_open_option_is_documented() -> None:
+    doc = fastshard.open.__doc__ or ""
+    missing = [name for name in OpenOptions.__optional_keys__ if f"``{name}``" not in doc]
+    assert not missing
+
+
+@pytest.mark.parametrize(
+    ("function", "options"),
+    [
+        (fastshard.open, OpenOptions),
+        (fastshard.load_state_dict, OpenOptions),
+        (fastshard.load, OpenOptions),
+        (fastshard.TensorFile.__init__, OpenOptions),
+        (fastshard.save, SaveOptions),
+        (fastshard.save_sharded, SaveOptions),
+    ],
+)
+def test_public_functions_type_their_options(function: object, options: type) -> None:
+    hints = typing.get_type_hints(function, include_extras=True)
+    assert hints["opts"] == typing.Unpack[options]
+
+
+def test_state_dict_keywords_are_explicit() -> None:
+    hints = typing.get_type_hints(fastshard.load_state_dict)
+    for name in ("device", "names", "rank", "world_size", "dtype", "shard_specs", "cooperative"):
+        assert name in hints
+
+
+def test_unknown_options_still_raise(tmp_path: Path) -> None:
+    path = tmp_path / "m.tensors"
+    fastshard.save({"w": torch.ones(3)}, path)
+    model = torch.nn.Module()
+    model.w = torch.nn.Parameter(torch.zeros(3))
+    calls = [
+        lambda: fastshard.open(path, concurrncy=4),
+        lambda: fastshard.load_state_dict(path, concurrncy=4),
+        lambda: fastshard.load(model, path, concurrncy=4),
+    ]
+    for call in calls:
+        with pytest.raises(fastshard.InvalidArgumentError, match="^unknown option 'concurrncy'$"):
+            call()
+    with pytest.raises(fastshard.InvalidArgumentError, match="^unknown option 'x' for save$"):
+        fastshard.save({"w": torch.ones(3)}, path, x=1)  # type: ignore[call-arg]
+    with pytest.raises(fastshard.UnsupportedError, match="progress is a load option"):
+        fastshard.save({"w": torch.ones(3)}, path, progress=True)  # type: ignore[call-arg]
+    with pytest.raises(fastshard.InvalidArgumentError, match="progress must be"):
+        fastshard.open(path, progress="yes")  # type: ignore[typeddict-item]
+
+
+def test_options_are_split_and_normalised() -> None:
+    key = fastshard.EncryptionKey.random()
+    settings = _options.open_settings(
+        {
+            "s3_region": "r",
+            "s3_config_path": Path("/x/cfg"),
+            "s3_anonymous": 1,
+            "s3_profile": None,
+            "verify_hash": 1,
+            "concurrency": 8,
+            "max_host_bytes": 1 << 20,
+            "encryption": key,
+            "progress": False,
+        }
+    )
+    assert settings.source == {"s3_region": "r", "s3_config_path": "/x/cfg", "s3_anonymous": True}
+    assert settings.native == {"verify_hash": True, "concurrency": 8, "encryption": key.native()}
+    assert settings.budget == Budget(1 << 20) and settings.progress is False
+    assert settings.verify_hash and settings.encrypted
+    with pytest.raises(fastshard.InvalidArgumentError, match="ca_bundle must be a path"):
+        _options.open_settings({"ca_bundle": 3})
+    saved = _options.save_settings({"s3_endpoint": "http://e", "encryption": key})
+    assert saved == {"s3_endpoint": "http://e", "encryption": key.native()}
+    assert _options.without_key(saved) == {"s3_endpoint": "http://e"}
+
+
+def test_the_budget_is_divided_in_one_place() -> None:
+    none = Budget()
+    assert none.whole() == {} and none.per_fill(1 << 20, 2) is None
+    assert none.staging(256) == 256 and not none.bounded
+    assert none.cooperative_batch(2) == _options.COOPERATIVE_BYTES // 4
+    assert none.or_default(7) == 7
+    mib = Budget(1 << 20)
+    assert mib.whole() == {"max_host_bytes": 1 << 20}
+    assert mib.staging(256) == 1 << 19  # half for the ring's slabs
+    assert mib.per_fill(1 << 19, 2) == 1 << 18  # the rest shared by the fills
+    assert mib.per_fill(2 << 20, 2) == 0
+    assert mib.cooperative_batch(2) == (1 << 20) // 4  # one per rank, the next, scratch
+    assert Budget(3).cooperative_batch(8) == 1
+    assert mib.or_default(7) == 1 << 20

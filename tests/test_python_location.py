@@ -1,0 +1,68 @@
+"""fastshard._location (Python): what every part of the Python layer asks of a URI
+(its kind, local path, query string, display form, folder), answered in
+one place; these cases are what a reimplementation over the native
+Location type must keep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fastshard import _location as loc
+
+PRESIGNED = "https://user:pw@h.example:8443/b/m-%03d.tensors?X-Amz-Signature=s3cr3t#frag"
+
+
+@pytest.mark.parametrize(
+    ("uri", "kind", "path"),
+    [
+        ("/models/m.tensors", "file", "/models/m.tensors"),
+        ("m.tensors", "file", "m.tensors"),
+        ("file:///models/m.tensors", "file", "/models/m.tensors"),
+        ("s3://bucket/dir/m.tensors", "s3", None),
+        ("http://h/m.tensors", "http", None),
+        (PRESIGNED, "http", None),
+    ],
+)
+def test_kind_and_local_path(uri: str, kind: str, path: str | None) -> None:
+    assert loc.kind(uri) == kind
+    assert loc.local_path(uri) == path
+    assert loc.is_local(uri) == (path is not None)
+
+
+def test_only_urls_have_a_query_string() -> None:
+    assert loc.split(PRESIGNED) == (
+        "https://user:pw@h.example:8443/b/m-%03d.tensors",
+        "?X-Amz-Signature=s3cr3t#frag",
+    )
+    assert loc.query("http://h/m.tensors") == ""
+    # In an S3 key or a local path "?" is an ordinary character.
+    assert loc.split("s3://b/what?.tensors") == ("s3://b/what?.tensors", "")
+    assert loc.head("/tmp/a?b") == "/tmp/a?b"
+
+
+def test_display_removes_every_secret() -> None:
+    shown = loc.display(PRESIGNED)
+    assert shown == "https://h.example:8443/b/m-%03d.tensors?…"
+    assert "s3cr3t" not in shown and "pw" not in shown and "frag" not in shown
+    assert loc.display("http://h/m.tensors#x") == "http://h/m.tensors"
+    for plain in ("s3://b/k?x=1", "/tmp/m.tensors", "file:///tmp/m"):
+        assert loc.display(plain) == plain
+
+
+def test_directories_siblings_and_children(tmp_path: Path) -> None:
+    assert loc.is_dir("s3://b/dir/") and not loc.is_dir("s3://b/dir")
+    assert loc.is_dir("https://h/dir/?sig=1")
+    assert loc.is_dir(str(tmp_path)) and loc.is_dir(f"file://{tmp_path}")
+    assert not loc.is_dir(str(tmp_path / "missing"))
+    assert loc.directory("s3://b/dir/m.tensors") == "s3://b/dir/"
+    assert loc.directory("https://h/d/m.t?sig=a/b") == "https://h/d/"
+    assert loc.directory("m.tensors") == ""
+    assert loc.name("https://h/d/m.t?sig=a/b") == "m.t"
+    assert loc.name("s3://b/dir/") == ""
+    assert loc.sibling("s3://b/dir/m.tensors", "x.json") == "s3://b/dir/x.json"
+    assert loc.child("s3://b/dir", "m") == "s3://b/dir/m"
+    assert loc.child("s3://b/dir/", "m") == "s3://b/dir/m"
+    assert loc.child("https://h/d?sig=1", "m") == "https://h/d/m?sig=1"
+    assert loc.as_directory("/tmp/x") == "/tmp/x/" and loc.as_directory("/tmp/x/") == "/tmp/x/"
