@@ -89,9 +89,19 @@ impl TensorFile {
             throughput_target: opts.throughput_target,
         };
         let cancel = cancel.child_with_budget(self.deadline);
-        let exec =
-            self.fetch_and_check(&req, &mut headers, plan, &destinations, exec_opts, &cancel)?;
+        let fetched =
+            self.fetch_and_check(&req, &mut headers, plan, &destinations, exec_opts, &cancel);
         drop(destinations);
+        if fetched.is_err() && opts.decryption.is_some() {
+            // The first failure cancels the checks of the other tensors, so
+            // some regions may still hold ciphertext (or another tensor's
+            // partial plaintext): none of it may reach the caller's memory.
+            // SAFETY: the fetch and every check have returned, so nothing
+            // else writes these regions; the caller's contract makes each
+            // valid for `len` bytes.
+            unsafe { zero_regions(dests) };
+        }
+        let exec = fetched?;
         Ok(LoadStats {
             bytes_fetched: exec.bytes_fetched,
             bytes_wanted,
@@ -324,6 +334,20 @@ fn staging_budget(max_host_bytes: Option<u64>, header_bytes: u64) -> Result<Opti
         ))),
         Some(max) => Ok(Some(max - header_bytes)),
         None => Ok(None),
+    }
+}
+
+/// Zero-fills the caller's regions.
+///
+/// # Safety
+/// Each `(ptr, len)` valid for writes of `len` bytes and accessed by no one
+/// else while this runs.
+unsafe fn zero_regions(dests: &[(*mut u8, usize)]) {
+    for &(ptr, len) in dests {
+        if len > 0 {
+            // SAFETY: the caller's promise, for this region.
+            unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        }
     }
 }
 
