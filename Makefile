@@ -103,11 +103,8 @@ mypy: setup ## mypy --strict over python/fastshard (settings: pyproject.toml [to
 stubtest: develop ## python/fastshard/_native.pyi against the built fastshard._native
 	@$(TIMED) stubtest $(PY) -m mypy.stubtest fastshard._native --mypy-config-file pyproject.toml
 
-# --rust also fails on Rust modules that import each other (reported only
-# until the Rust tree is clean of them).
-LAYERS_ARGS ?=
-layers: setup ## scripts/check_layers.py: no Python import cycle (reports Rust module pairs)
-	@$(TIMED) layers $(PY) scripts/check_layers.py $(LAYERS_ARGS)
+layers: setup ## scripts/check_layers.py: no Python import cycle, no two Rust top-level modules importing each other
+	@$(TIMED) layers $(PY) scripts/check_layers.py
 
 clippy: setup ## cargo clippy -D warnings, with and without the "python" feature
 	@$(TIMED) clippy-core $(CARGO) clippy --all-targets --no-default-features -- -D warnings

@@ -14,8 +14,7 @@ seen.
 Rust (rust/): no two top-level modules (``rust/<name>.rs`` or
 ``rust/<name>/``, lib.rs excepted) that refer to each other, through
 ``crate::<other>`` paths anywhere in the code (``use`` or inline) or
-``super::`` paths that climb out of the module. Reported always; an error
-only with ``--rust`` (until the tree is clean of such pairs).
+``super::`` paths that climb out of the module.
 
 Exit status: 0 clean, 1 a violation. ``--graph`` prints the Python module
 graph (each module and what it imports), for notes and reviews.
@@ -347,7 +346,6 @@ def _shown(path: Path, root: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", type=Path, default=ROOT, help="repository root")
-    ap.add_argument("--rust", action="store_true", help="Rust pairs fail the check too")
     ap.add_argument("--graph", action="store_true", help="print the Python module graph")
     args = ap.parse_args(argv)
     root = args.root.resolve()
@@ -362,13 +360,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {p}", file=sys.stderr)
     failed |= bool(py_problems)
     rust_problems = check_rust(rust, root) if rust.is_dir() else []
-    label = "error" if args.rust else "warning"
     for p in rust_problems:
-        print(f"{label}: {p}", file=sys.stderr)
-    failed |= args.rust and bool(rust_problems)
+        print(f"error: {p}", file=sys.stderr)
+    failed |= bool(rust_problems)
     if not failed:
-        note = f" ({len(rust_problems)} Rust pairs reported, not enforced)" if rust_problems else ""
-        print(f"layers: no Python import cycle{note}")
+        print("layers: no Python import cycle, no pair of Rust modules importing each other")
     return 1 if failed else 0
 
 

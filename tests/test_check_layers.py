@@ -115,21 +115,18 @@ RUST_PAIR = {
 }
 
 
-def test_rust_modules_that_import_each_other_are_reported(tmp_path: Path) -> None:
+def test_rust_modules_that_import_each_other_fail(tmp_path: Path) -> None:
     root = tree(tmp_path, RUST_PAIR)
     out = check(root)
-    assert out.returncode == 0, out  # reported, not enforced without --rust
-    assert "warning: rust modules exec and io import each other (1 + 1 references)" in out.stderr
+    assert out.returncode == 1, out
+    assert "error: rust modules exec and io import each other (1 + 1 references)" in out.stderr
     assert "rust/io/file.rs:2" in out.stderr
     assert "format" not in out.stderr.split("import each other")[0]
-    strict = check(root, "--rust")
-    assert strict.returncode == 1, strict
-    assert "error: rust modules exec and io" in strict.stderr
 
 
-def test_rust_one_way_references_pass_with_rust(tmp_path: Path) -> None:
+def test_rust_one_way_references_pass(tmp_path: Path) -> None:
     files = dict(RUST_PAIR)
     files["rust/io/file.rs"] = "use crate::format::Index;\n"
-    out = check(tree(tmp_path, files), "--rust")
+    out = check(tree(tmp_path, files))
     assert out.returncode == 0, out
     assert "rust" not in out.stderr

@@ -1,43 +1,33 @@
-"""Where a URI points: every classification, split and redaction of one,
-in one place (a leaf: it imports nothing of fastshard).
+"""Where a URI points, as the Python layer asks it: thin questions over the
+native ``Location`` (rust/location.rs), where a URI is parsed and its
+scheme classified, once, for Python and Rust alike.
 
 A URI is a local path (or ``file://path``), ``s3://bucket/key``, or an
 ``http(s)://`` URL. Only a URL has a query string (a presigned URL's
 signature, a credential); in a local path or an S3 key ``?`` is an ordinary
-character. Each function takes the URI as a string and answers one question
-about it, as the native ``Location`` type answers it: ``kind`` (``.kind``),
-``display`` (``.display``), ``local_path`` (``.path`` of a file),
-``head``/``query`` (``.head``/``.query``), ``is_dir`` (``.is_dir``) and
-``sibling`` (``.sibling(name)``). Templates, manifests and directory
+character. An unknown scheme is an ``UnsupportedError``. What is built from
+the parts here (folders, children, siblings) is string work on the
+``head`` the native type returns; templates, manifests and directory
 layouts are policy above this (shard.py).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Literal
+
+from ._native import Location
+from .errors import FastshardError
 
 Kind = Literal["file", "s3", "http"]
 
-_FILE = "file://"
-_URLS = ("http://", "https://")
-
 
 def kind(uri: str) -> Kind:
-    """``"file"`` for a path or ``file://``, ``"s3"``, or ``"http"`` for
-    http(s) URLs and any other scheme (which the native layer refuses)."""
-    if uri.startswith("s3://"):
-        return "s3"
-    if uri.startswith(_FILE) or "://" not in uri:
-        return "file"
-    return "http"
+    return Location(uri).kind
 
 
 def local_path(uri: str) -> str | None:
     """The file system path of a local URI; None for s3:// and URLs."""
-    if uri.startswith(_FILE):
-        return uri[len(_FILE) :]
-    return None if "://" in uri else uri
+    return Location(uri).path
 
 
 def is_local(uri: str) -> bool:
@@ -47,42 +37,33 @@ def is_local(uri: str) -> bool:
 def split(uri: str) -> tuple[str, str]:
     """(``head``, ``query``): a URL without and with only its ``?…`` part;
     any other URI whole, and ``""``."""
-    if uri.startswith(_URLS):
-        head, sep, tail = uri.partition("?")
-        return head, sep + tail
-    return uri, ""
+    loc = Location(uri)
+    return loc.head, loc.query
 
 
 def head(uri: str) -> str:
-    return split(uri)[0]
+    return Location(uri).head
 
 
 def query(uri: str) -> str:
     """``"?…"`` of a URL (a presigned URL's signature among it), else ``""``."""
-    return split(uri)[1]
+    return Location(uri).query
 
 
 def display(uri: str) -> str:
-    """``uri`` safe to show: a URL loses its query string (a presigned
-    URL's signature is a credential), fragment and user info; local paths
-    and S3 URIs carry none and are shown as they are."""
-    if "://" not in uri or uri.startswith("s3://"):
-        return uri
-    scheme, rest = uri.split("://", 1)
-    rest, found, _ = rest.partition("?")
-    rest = rest.split("#", 1)[0]
-    host, slash, path = rest.partition("/")
-    host = host.rpartition("@")[2]
-    return f"{scheme}://{host}{slash}{path}" + ("?…" if found else "")
+    """``uri`` safe to show: no user info, fragment or query string. A URI
+    the native type refuses is shown as its error shows it (redacted the
+    same way), so a message about a bad URI never leaks one either."""
+    try:
+        return Location(uri).display
+    except FastshardError as e:
+        return e.uri or "<unparsable URI>"
 
 
 def is_dir(uri: str) -> bool:
     """A directory or prefix: the path ends in ``/``, or names a local
     directory."""
-    if head(uri).endswith("/"):
-        return True
-    path = local_path(uri)
-    return path is not None and os.path.isdir(path)
+    return Location(uri).is_dir
 
 
 def directory(uri: str) -> str:
@@ -95,12 +76,13 @@ def directory(uri: str) -> str:
 
 def name(uri: str) -> str:
     """The last component of the path (empty for a directory URI)."""
-    return head(uri)[len(directory(uri)) :]
+    h = head(uri)
+    return h[h.rfind("/") + 1 :]
 
 
 def sibling(uri: str, other: str) -> str:
     """The object called ``other`` in the folder ``uri`` is in."""
-    return directory(uri) + other
+    return Location(uri).sibling(other).head
 
 
 def child(uri: str, other: str) -> str:
