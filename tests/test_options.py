@@ -12,8 +12,9 @@ import pytest
 import torch
 
 import fastshard
-from fastshard import _native, _options
-from fastshard._options import Budget, OpenOptions, SaveOptions
+from fastshard import _budget, _native, _options
+from fastshard._budget import Budget
+from fastshard._options import OpenOptions, SaveOptions
 
 
 def test_the_typed_options_are_the_native_layers() -> None:
@@ -111,7 +112,7 @@ def test_the_budget_is_divided_in_one_place() -> None:
     none = Budget()
     assert none.whole() == {} and none.per_fill(1 << 20, 2) is None
     assert none.staging(256) == 256 and not none.bounded
-    assert none.cooperative_batch(2) == _options.COOPERATIVE_BYTES // 4
+    assert none.cooperative_batch(2) == _budget.COOPERATIVE_BYTES // 4
     assert none.or_default(7) == 7
     mib = Budget(1 << 20)
     assert mib.whole() == {"max_host_bytes": 1 << 20}

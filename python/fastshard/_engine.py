@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from . import _native, _progress, _torch, tp
-from ._options import Budget, OpenSettings
+from ._budget import Budget
+from ._options import OpenSettings
 from ._types import LoadStats, TensorInfo
 from .errors import InvalidArgumentError
 

@@ -24,7 +24,7 @@ from typing import Protocol
 import torch
 
 from . import _cuda, _native, _torch, tp
-from ._options import Budget, native_limit
+from ._budget import Budget, native_limit
 from ._types import LoadStats, TensorSource
 from .errors import BudgetError
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from ._options import Budget
+    from ._budget import Budget
     from .tp import Slice
 
 PathPart = str | int

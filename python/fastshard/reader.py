@@ -10,10 +10,11 @@ from typing import Any, Unpack
 import torch
 
 from . import _dispatch, _native, _options, _torch, packed, shard, tp
+from ._budget import Budget
 from ._engine import Engine
 from ._index import Index
 from ._nested import StateDict
-from ._options import Budget, OpenOptions
+from ._options import OpenOptions
 from ._types import LoadStats, NameOrPath, TensorInfo
 from .errors import InvalidArgumentError, NotFoundError, ShardMismatchError
 

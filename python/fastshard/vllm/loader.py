@@ -43,7 +43,7 @@ from vllm.utils.torch_utils import set_default_torch_dtype
 
 import fastshard
 
-from .._options import Budget
+from .._budget import Budget
 from .._types import LoadStats
 from ..errors import InvalidArgumentError, ShardMismatchError
 from . import hf

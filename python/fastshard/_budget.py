@@ -1,0 +1,57 @@
+"""The memory budget of one load, ``max_host_bytes``, and how each way of
+loading divides it: the only place that does (a leaf, so the value types
+and the loaders below the options can name it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# max_host_bytes when a cooperative load is given none: it must size its
+# exchange buffers from something.
+COOPERATIVE_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class Budget:
+    """``max_host_bytes`` of one load (None: unbounded) and how each way of
+    loading divides it; the only place that does. A load straight into the
+    destinations gives its native load all of it. The staging ring keeps
+    half for its slabs and shares the rest among the fills beside them. A
+    cooperative load holds one batch per rank, the next batch it fetches,
+    and that fetch's own headers and scratch."""
+
+    limit: int | None = None
+
+    @property
+    def bounded(self) -> bool:
+        return self.limit is not None
+
+    def whole(self) -> dict[str, int]:
+        """Native load options of a load into the destinations themselves."""
+        return native_limit(self.limit)
+
+    def staging(self, unbounded: int) -> int:
+        """Bytes the staging ring's slabs may hold (``unbounded``: the
+        ring's own size when there is no budget)."""
+        return unbounded if self.limit is None else self.limit // 2
+
+    def per_fill(self, slabs: int, fills: int) -> int | None:
+        """The budget of each of ``fills`` native loads running beside
+        ``slabs`` bytes of staging slabs."""
+        if self.limit is None:
+            return None
+        return max(0, (self.limit - slabs) // max(1, fills))
+
+    def cooperative_batch(self, world_size: int) -> int:
+        """Bytes of one rank's batch in a cooperative round: a round holds
+        one per rank, plus this rank's next one and its fetch's scratch."""
+        return max(1, (self.limit or COOPERATIVE_BYTES) // (world_size + 2))
+
+    def or_default(self, default: int) -> int:
+        """The budget, or ``default`` when there is none (a batch size)."""
+        return default if self.limit is None else self.limit
+
+
+def native_limit(limit: int | None) -> dict[str, int]:
+    """The native load option for a budget of ``limit`` bytes (None: none)."""
+    return {} if limit is None else {"max_host_bytes": limit}
