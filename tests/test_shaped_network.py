@@ -33,15 +33,29 @@ Shaped = Callable[..., tuple[Shaper, str, dict[str, Any]]]
 
 @pytest.fixture(params=TRANSPORTS)
 def shaped(request: pytest.FixtureRequest, shaper_binary: str, tmp_path: Path) -> Iterator[Shaped]:
-    """shaped(name, latency_ms, rate_mbps) -> (shaper, uri, opts): the
-    corpus file ``name`` reached through a new shaping proxy."""
+    """shaped(name, latency_ms, rate_mbps, service_ms, service_slots) ->
+    (shaper, uri, opts): the corpus file ``name`` reached through a new
+    shaping proxy."""
     transport = request.param
     started: list[Shaper] = []
     server, files, port = transport_server(request, transport)
 
-    def route(name: str, latency_ms: float = 50, rate_mbps: float = 25) -> Any:
+    def route(
+        name: str,
+        latency_ms: float = 50,
+        rate_mbps: float = 25,
+        service_ms: float = 0,
+        service_slots: int = 1,
+    ) -> Any:
         root = tmp_path / f"shaper{len(started)}"
-        shaper = Shaper(port, root, latency_ms=latency_ms, rate_mbps=rate_mbps)
+        shaper = Shaper(
+            port,
+            root,
+            latency_ms=latency_ms,
+            rate_mbps=rate_mbps,
+            service_ms=service_ms,
+            service_slots=service_slots,
+        )
         started.append(shaper.start(shaper_binary))
         uri = files[name].uris[transport]
         if transport == "s3":
@@ -75,6 +89,28 @@ def test_the_proxy_really_delays_and_caps(shaped: Shaped) -> None:
     assert stats.seconds >= stats.bytes_fetched / 25e6
     assert stats.seconds >= 0.04 * stats.requests
     assert stats.concurrency == 1
+
+
+def test_the_service_time_delays_each_request_in_its_slot(shaped: Shaped, corpus: Any) -> None:
+    """service_ms: each request costs the store 100 ms whatever its size.
+    On one slot the requests sent together are served in turn, so a load
+    of N requests at once takes at least N x 100 ms (latency and bandwidth
+    off); with every request served at once, each still waits its 100 ms."""
+    shaper, uri, opts = shaped("tz-big", latency_ms=0, rate_mbps=0, service_ms=100)
+    with fastshard.open(uri, concurrency=8, part_size_bytes=8 * MiB, **opts) as f:
+        sd = f.load_state_dict()
+        stats = f.stats
+    assert_state_equal(sd, corpus["tz-big"].source)
+    assert stats.requests >= 5 and stats.concurrency >= 5, stats
+    assert stats.seconds >= 0.1 * stats.requests, stats
+    # The load's requests waited for the one slot together.
+    assert _settled(shaper, "max_waiting", 5)["max_waiting"] >= 5
+
+    shaper, uri, opts = shaped("tz-big", latency_ms=0, rate_mbps=0, service_ms=100, service_slots=0)
+    with fastshard.open(uri, concurrency=8, part_size_bytes=8 * MiB, **opts) as f:
+        f.load_state_dict()
+        stats = f.stats
+    assert stats.seconds >= 0.1, stats
 
 
 def test_default_settings_put_a_small_load_in_flight_at_once(shaped: Shaped, corpus: Any) -> None:
