@@ -113,6 +113,52 @@ def test_the_service_time_delays_each_request_in_its_slot(shaped: Shaped, corpus
     assert stats.seconds >= 0.1, stats
 
 
+def test_parts_join_into_fewer_requests_where_each_costs_a_service_time(
+    shaped: Shaped, corpus: Any
+) -> None:
+    """A load that leaves part size and concurrency to fastshard joins its
+    queued parts into larger requests once a request's first byte costs
+    more than its transfer: through a store that spends 200 ms on every
+    request it issues fewer, larger requests than through one without, and
+    loads the same bytes. The load starts with two requests
+    (throughput_target_gbps) so that parts queue behind the first ones, as
+    they do in any load of more parts than the 64 it starts with (over 1 GiB
+    by default): parts already in flight are never joined."""
+    source = corpus["tz-big"].source
+
+    def load(**shape: float) -> Any:
+        shaper, uri, opts = shaped("tz-big", latency_ms=10, rate_mbps=25, **shape)
+        with fastshard.open(uri, throughput_target_gbps=0.8, **opts) as f:
+            assert_state_equal(f.load_state_dict(), source)
+            return f.stats
+
+    plain = load()
+    served = load(service_ms=200)
+    # 43 MiB in parts of 1 MiB: a 10 ms first byte against ~42 ms of bytes
+    # joins nothing; 200 ms (or more, queued) against 42 ms joins several.
+    assert plain.requests >= 40 and plain.retries == 0, plain
+    assert served.bytes_fetched == plain.bytes_fetched
+    assert served.requests <= plain.requests * 2 // 3, (served, plain)
+
+
+def test_explicit_settings_keep_their_part_size_behind_a_service_time(
+    shaped: Shaped, corpus: Any
+) -> None:
+    """part_size_bytes or concurrency set: every request is one planned
+    part of that size, however much each request costs."""
+    source = corpus["tz-big"].source
+    for settings in ({"part_size_bytes": 4 * MiB}, {"concurrency": 4}):
+        shaper, uri, opts = shaped("tz-big", latency_ms=10, service_ms=50)
+        with fastshard.open(uri, **settings, **opts) as f:
+            assert_state_equal(f.load_state_dict(), source)
+            stats = f.stats
+        # The plan's parts (the default part size is 1 MiB for 43 MiB), each
+        # fetched by one request of its own.
+        size = settings.get("part_size_bytes", MiB)
+        expected = -(-stats.bytes_fetched // size)
+        assert stats.requests == expected and stats.retries == 0, (settings, stats)
+
+
 def test_default_settings_put_a_small_load_in_flight_at_once(shaped: Shaped, corpus: Any) -> None:
     """43 MiB with no settings: parts of 1 MiB, all requested at once (one
     round of first-byte latency, not one per few parts); a fixed setting
