@@ -5,14 +5,22 @@
 //! connection carries a gigabyte a second, which hides a loader with too few
 //! requests in flight; through this proxy it does not.
 //!
+//! A service time makes it a store whose every request costs a fixed time
+//! of its own, whatever its size (a ranged GET that costs ~0.1 s): unlike
+//! the latency, which requests wait out side by side, the store serves
+//! `--service-slots` requests at a time and the rest queue for a slot, so
+//! many small requests cost more than a few large ones.
+//!
 //! ```text
 //! shaper --upstream 127.0.0.1:8333 [--latency-ms 50] [--jitter-ms 0]
-//!        [--rate-mbps 25] [--stats PATH]
+//!        [--rate-mbps 25] [--service-ms 0] [--service-slots 1] [--stats PATH]
 //! ```
 //! Prints `listening 127.0.0.1:PORT` once ready. `--rate-mbps` is megabytes
-//! (10^6) per second per connection, 0 for none. With `--stats`, a JSON line
-//! of counters (connections, most open at once, requests, bytes) is
-//! rewritten there every 100 ms. Runs until killed.
+//! (10^6) per second per connection, 0 for none; `--service-slots 0` serves
+//! every request at once (each still pays its service time). With
+//! `--stats`, a JSON line of counters (connections, most open at once,
+//! requests, most waiting for service at once, bytes) is rewritten there
+//! every 100 ms. Runs until killed.
 //!
 //! Written in Rust rather than beside the Python fault proxy because 64
 //! connections at 25 MB/s is 1.6 GB/s, more than a Python proxy moves on two
@@ -25,14 +33,44 @@ use std::time::{Duration, Instant};
 use rand::Rng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 struct Shape {
     latency: Duration,
     jitter: Duration,
     /// Bytes per second per connection; 0: unlimited.
     rate: f64,
+    /// What each request costs the store, beside the latency.
+    service: Duration,
+    /// The store's request slots, shared by every connection; `None`:
+    /// every request is served at once.
+    slots: Option<Arc<Semaphore>>,
+}
+
+impl Shape {
+    /// A new request's wait before it is forwarded: its service time,
+    /// after a free slot, then the first-byte latency.
+    async fn delay(&self, counters: &Counters) {
+        if !self.service.is_zero() {
+            let waiting = counters.waiting.fetch_add(1, Ordering::Relaxed) + 1;
+            counters.max_waiting.fetch_max(waiting, Ordering::Relaxed);
+            // Never closed, so acquiring cannot fail.
+            let slot = match &self.slots {
+                Some(s) => s.acquire().await.ok(),
+                None => None,
+            };
+            counters.waiting.fetch_sub(1, Ordering::Relaxed);
+            tokio::time::sleep(self.service).await;
+            drop(slot);
+        }
+        let extra = if self.jitter.is_zero() {
+            Duration::ZERO
+        } else {
+            self.jitter.mul_f64(rand::rng().random::<f64>())
+        };
+        tokio::time::sleep(self.latency + extra).await;
+    }
 }
 
 #[derive(Default)]
@@ -41,6 +79,10 @@ struct Counters {
     open: AtomicU64,
     max_open: AtomicU64,
     requests: AtomicU64,
+    /// Requests waiting for a service slot or in service now, and the most
+    /// at once.
+    waiting: AtomicU64,
+    max_waiting: AtomicU64,
     bytes_down: AtomicU64,
     upstream_failures: AtomicU64,
 }
@@ -50,11 +92,12 @@ impl Counters {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
             "{{\"connections\": {}, \"open\": {}, \"max_open\": {}, \"requests\": {}, \
-             \"bytes_down\": {}, \"upstream_failures\": {}}}\n",
+             \"max_waiting\": {}, \"bytes_down\": {}, \"upstream_failures\": {}}}\n",
             g(&self.connections),
             g(&self.open),
             g(&self.max_open),
             g(&self.requests),
+            g(&self.max_waiting),
             g(&self.bytes_down),
             g(&self.upstream_failures)
         )
@@ -81,7 +124,8 @@ fn num(args: &[String], name: &str, default: f64) -> f64 {
 
 /// Client to upstream. A read that follows a response (the client speaks
 /// again after the server answered: a new request, HTTP/1.1 does not
-/// pipeline) waits the first-byte latency before it is forwarded.
+/// pipeline) waits its service time and the first-byte latency before it
+/// is forwarded.
 async fn requests(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
@@ -100,12 +144,7 @@ async fn requests(
         if responses != seen {
             seen = responses;
             counters.requests.fetch_add(1, Ordering::Relaxed);
-            let extra = if shape.jitter.is_zero() {
-                Duration::ZERO
-            } else {
-                shape.jitter.mul_f64(rand::rng().random::<f64>())
-            };
-            tokio::time::sleep(shape.latency + extra).await;
+            shape.delay(&counters).await;
         }
         if to.write_all(&buf[..n]).await.is_err() {
             break;
@@ -161,7 +200,7 @@ async fn serve(client: TcpStream, upstream: String, shape: Shape, counters: Arc<
             let (cr, cw) = client.into_split();
             let (sr, sw) = server.into_split();
             let (tx, rx) = watch::channel(0u64);
-            let up = tokio::spawn(requests(cr, sw, shape, rx, Arc::clone(&counters)));
+            let up = tokio::spawn(requests(cr, sw, shape.clone(), rx, Arc::clone(&counters)));
             responses(sr, cw, shape, tx, Arc::clone(&counters)).await;
             up.abort();
         }
@@ -176,10 +215,13 @@ async fn serve(client: TcpStream, upstream: String, shape: Shape, counters: Arc<
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let upstream = arg(&args, "--upstream").expect("--upstream HOST:PORT is required");
+    let slots = num(&args, "--service-slots", 1.0) as usize;
     let shape = Shape {
         latency: Duration::from_secs_f64(num(&args, "--latency-ms", 50.0) / 1e3),
         jitter: Duration::from_secs_f64(num(&args, "--jitter-ms", 0.0) / 1e3),
         rate: num(&args, "--rate-mbps", 25.0) * 1e6,
+        service: Duration::from_secs_f64(num(&args, "--service-ms", 0.0) / 1e3),
+        slots: (slots > 0).then(|| Arc::new(Semaphore::new(slots))),
     };
     let listen = arg(&args, "--listen").unwrap_or_else(|| "127.0.0.1:0".into());
     let listener = TcpListener::bind(&listen).await.expect("cannot bind");
@@ -204,7 +246,7 @@ async fn main() {
         tokio::spawn(serve(
             client,
             upstream.clone(),
-            shape,
+            shape.clone(),
             Arc::clone(&counters),
         ));
     }

@@ -344,3 +344,54 @@ fn encrypted_file_round_trips_with_passphrase() {
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert_eq!(err.uri(), Some(fx.path.as_str()));
 }
+
+/// `n` one-byte tensors with long names, in an index of `mode`.
+fn many_tensors(n: usize, mode: IndexMode) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir
+        .path()
+        .join("many.tensors")
+        .to_str()
+        .unwrap()
+        .to_string();
+    let specs: Vec<WriteSpec> = (0..n)
+        .map(|i| {
+            spec(
+                &format!("model.layers.{i:05}.a_long_parameter_name"),
+                "uint8",
+                &[1],
+            )
+        })
+        .collect();
+    let data: Vec<Vec<u8>> = (0..n).map(|i| vec![i as u8]).collect();
+    let slices: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+    let how = fastshard::save::SaveOptions::new(mode);
+    let (loc, cancel) = (at(&path), CancelToken::new());
+    fastshard::save::write_file_with(&loc, &specs, &slices, &how, &Default::default(), &cancel)
+        .unwrap();
+    (dir, path)
+}
+
+#[test]
+fn discovery_reads_the_index_entries_not_its_padding() {
+    let open =
+        |path: &str| TensorFile::open(&at(path), &Default::default(), &CancelToken::new()).unwrap();
+    // A few tensors in tensorizer's 256 KiB index: one read of 64 KiB
+    // (of a 3 MiB file) holds every entry.
+    let fx = write_fixture(IndexMode::Tensorizer);
+    let file = open(&fx.path);
+    assert_eq!(file.index().entries.len(), 4);
+    assert_eq!(file.discovery_stats(), (1, 64 * 1024));
+    // 2,000 entries of ~70 bytes run past it: the rest of the index region,
+    // padding included, in parts of at least 64 KiB read together.
+    for (mode, reads) in [(IndexMode::Tensorizer, 4), (IndexMode::Exact, 2)] {
+        let (_dir, path) = many_tensors(2000, mode);
+        let file = open(&path);
+        assert_eq!(file.index().entries.len(), 2000);
+        let index_end = file.index().index_end();
+        assert!(index_end > 2 * 64 * 1024, "{index_end}");
+        assert_eq!(file.discovery_stats(), (1 + reads, index_end), "{mode:?}");
+        let got = load(&file, &[1999], &Default::default()).unwrap();
+        assert_eq!(got, vec![vec![1999usize as u8]]);
+    }
+}

@@ -179,8 +179,9 @@ def test_server_that_ignores_range(corpus):
 
 @HTTP
 def test_no_range_server_small_file_is_not_misread(corpus):
-    # A file that fits in the discovery read: either it loads exactly, or
-    # the missing Range support is reported; never wrong bytes.
+    # A server that ignores Range answers the discovery read with the whole
+    # file: either it loads exactly (a file within that read), or the
+    # missing Range support is reported; never wrong bytes.
     c = corpus["tz-special"]
     from remote_files import assert_same
 

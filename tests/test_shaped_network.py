@@ -8,6 +8,10 @@ Throughput against a raw client is a benchmark, not a test here
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,15 +37,29 @@ Shaped = Callable[..., tuple[Shaper, str, dict[str, Any]]]
 
 @pytest.fixture(params=TRANSPORTS)
 def shaped(request: pytest.FixtureRequest, shaper_binary: str, tmp_path: Path) -> Iterator[Shaped]:
-    """shaped(name, latency_ms, rate_mbps) -> (shaper, uri, opts): the
-    corpus file ``name`` reached through a new shaping proxy."""
+    """shaped(name, latency_ms, rate_mbps, service_ms, service_slots) ->
+    (shaper, uri, opts): the corpus file ``name`` reached through a new
+    shaping proxy."""
     transport = request.param
     started: list[Shaper] = []
     server, files, port = transport_server(request, transport)
 
-    def route(name: str, latency_ms: float = 50, rate_mbps: float = 25) -> Any:
+    def route(
+        name: str,
+        latency_ms: float = 50,
+        rate_mbps: float = 25,
+        service_ms: float = 0,
+        service_slots: int = 1,
+    ) -> Any:
         root = tmp_path / f"shaper{len(started)}"
-        shaper = Shaper(port, root, latency_ms=latency_ms, rate_mbps=rate_mbps)
+        shaper = Shaper(
+            port,
+            root,
+            latency_ms=latency_ms,
+            rate_mbps=rate_mbps,
+            service_ms=service_ms,
+            service_slots=service_slots,
+        )
         started.append(shaper.start(shaper_binary))
         uri = files[name].uris[transport]
         if transport == "s3":
@@ -75,6 +93,74 @@ def test_the_proxy_really_delays_and_caps(shaped: Shaped) -> None:
     assert stats.seconds >= stats.bytes_fetched / 25e6
     assert stats.seconds >= 0.04 * stats.requests
     assert stats.concurrency == 1
+
+
+def test_the_service_time_delays_each_request_in_its_slot(shaped: Shaped, corpus: Any) -> None:
+    """service_ms: each request costs the store 100 ms whatever its size.
+    On one slot the requests sent together are served in turn, so a load
+    of N requests at once takes at least N x 100 ms (latency and bandwidth
+    off); with every request served at once, each still waits its 100 ms."""
+    shaper, uri, opts = shaped("tz-big", latency_ms=0, rate_mbps=0, service_ms=100)
+    with fastshard.open(uri, concurrency=8, part_size_bytes=8 * MiB, **opts) as f:
+        sd = f.load_state_dict()
+        stats = f.stats
+    assert_state_equal(sd, corpus["tz-big"].source)
+    assert stats.requests >= 5 and stats.concurrency >= 5, stats
+    assert stats.seconds >= 0.1 * stats.requests, stats
+    # The load's requests waited for the one slot together.
+    assert _settled(shaper, "max_waiting", 5)["max_waiting"] >= 5
+
+    shaper, uri, opts = shaped("tz-big", latency_ms=0, rate_mbps=0, service_ms=100, service_slots=0)
+    with fastshard.open(uri, concurrency=8, part_size_bytes=8 * MiB, **opts) as f:
+        f.load_state_dict()
+        stats = f.stats
+    assert stats.seconds >= 0.1, stats
+
+
+def test_parts_join_into_fewer_requests_where_each_costs_a_service_time(
+    shaped: Shaped, corpus: Any
+) -> None:
+    """A load that leaves part size and concurrency to fastshard joins its
+    queued parts into larger requests once a request's first byte costs
+    more than its transfer: through a store that spends 200 ms on every
+    request it issues fewer, larger requests than through one without, and
+    loads the same bytes. The load starts with two requests
+    (throughput_target_gbps) so that parts queue behind the first ones, as
+    they do in any load of more parts than the 64 it starts with (over 1 GiB
+    by default): parts already in flight are never joined."""
+    source = corpus["tz-big"].source
+
+    def load(**shape: float) -> Any:
+        shaper, uri, opts = shaped("tz-big", latency_ms=10, rate_mbps=25, **shape)
+        with fastshard.open(uri, throughput_target_gbps=0.8, **opts) as f:
+            assert_state_equal(f.load_state_dict(), source)
+            return f.stats
+
+    plain = load()
+    served = load(service_ms=200)
+    # 43 MiB in parts of 1 MiB: a 10 ms first byte against ~42 ms of bytes
+    # joins nothing; 200 ms (or more, queued) against 42 ms joins several.
+    assert plain.requests >= 40 and plain.retries == 0, plain
+    assert served.bytes_fetched == plain.bytes_fetched
+    assert served.requests <= plain.requests * 2 // 3, (served, plain)
+
+
+def test_explicit_settings_keep_their_part_size_behind_a_service_time(
+    shaped: Shaped, corpus: Any
+) -> None:
+    """part_size_bytes or concurrency set: every request is one planned
+    part of that size, however much each request costs."""
+    source = corpus["tz-big"].source
+    for settings in ({"part_size_bytes": 4 * MiB}, {"concurrency": 4}):
+        shaper, uri, opts = shaped("tz-big", latency_ms=10, service_ms=50)
+        with fastshard.open(uri, **settings, **opts) as f:
+            assert_state_equal(f.load_state_dict(), source)
+            stats = f.stats
+        # The plan's parts (the default part size is 1 MiB for 43 MiB), each
+        # fetched by one request of its own.
+        size = settings.get("part_size_bytes", MiB)
+        expected = -(-stats.bytes_fetched // size)
+        assert stats.requests == expected and stats.retries == 0, (settings, stats)
 
 
 def test_default_settings_put_a_small_load_in_flight_at_once(shaped: Shaped, corpus: Any) -> None:
@@ -163,3 +249,36 @@ def test_a_hostname_endpoint_loads_with_many_connections(
         stats = f.stats
     assert_state_equal(sd, corpus["tz-big"].source)
     assert stats.retries == 0 and stats.requests >= 150, stats
+
+
+@pytest.mark.s3
+def test_network_preset_sets_the_default_beside_fixed_part_sizes(
+    tmp_path: Path, shaper_binary: str
+) -> None:
+    """`fastshard bench --preset network`, tiny: the latency case, then the
+    service-time case with the default beside a fixed part size and the
+    verdict against the best of them (a functional run; numbers mean
+    nothing here)."""
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "fastshard", "bench", "--out", str(out), "--preset", "network",
+            "--size", "8MiB", "--repeat", "1", "--service-ms", "50", "--part-mib", "4",
+            "--only", "fastshard-default", "fastshard-4MiB",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "FASTSHARD_SHAPER": shaper_binary},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = json.loads((out / "results.json").read_text())
+    got = {(r["source"], r["loader"]) for r in records}
+    assert got == {
+        ("s3", "raw-64"),
+        ("s3", "fastshard-default"),
+        ("svc", "fastshard-default"),
+        ("svc", "fastshard-4MiB"),
+    }, got
+    assert all(r["verified"] and r["requests"] for r in records if r["loader"] != "raw-64")
+    assert "the best fixed part size (fastshard-4MiB)" in done.stdout, done.stdout[-3000:]

@@ -207,8 +207,9 @@ class Reader:
         and HTTP start with 64 reads and double them while throughput rises,
         up to 512 (``throughput_target_gbps`` sets the start and where to
         stop), in parts of up to 16 MiB (a small load gets smaller parts,
-        one per starting read, at least 1 MiB); local files use 8 reads of
-        8 MiB. Returns stats of this load (discovery not included):
+        one per starting read, at least 1 MiB) that are joined into larger
+        reads while a read's first byte takes longer than its bytes (neither
+        set); local files use 8 reads of 8 MiB. Returns stats of this load (discovery not included):
         bytes_fetched, bytes_wanted, requests (ranged reads sent, retries
         included), retries, seconds, concurrency (the most in flight),
         peak_host_bytes.

@@ -286,7 +286,9 @@ def open(  # noqa: A001
     start at 64 and double while throughput rises, up to 512),
     ``throughput_target_gbps`` (unset concurrency only: start with as many
     reads as that needs at ~70 MB/s each, and stop growing once there),
-    ``part_size_bytes`` (bytes per read), ``max_host_bytes`` (most host
+    ``part_size_bytes`` (bytes per read; unset with concurrency unset,
+    network loads join queued parts into larger reads while a read's first
+    byte takes longer than its bytes), ``max_host_bytes`` (most host
     memory a load holds beyond its destinations), ``progress`` (a progress
     bar: True, False, or None for big loads on a terminal), ``encryption``
     (a ``fastshard.EncryptionKey``, needed for files tensorizer or fastshard

@@ -1,7 +1,9 @@
 //! Runs a read plan: parts go to the source with at most `concurrency` in
-//! flight (growing while that pays, see `adapt`) and within a staging
-//! budget. The first failure cancels the rest, but the executor still waits
-//! for every started part, because parts write into memory the caller owns.
+//! flight (growing while that pays, see `adapt`), joined into larger
+//! requests where first bytes cost more than transfers (see `sizing`), and
+//! within a staging budget. The first failure cancels the rest, but the
+//! executor still waits for every started part, because parts write into
+//! memory the caller owns.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,61 +13,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinSet};
 
 use super::adapt::Growth;
+use super::options::{ExecOptions, ExecStats};
+use super::sizing::{PartQueue, Sizer};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{PartJob, PartSource, PartStats};
 use crate::plan::{Part, ReadPlan};
-
-/// Told, on the runtime's threads, about every part that landed in full:
-/// the `(slot, bytes)` of each of its segments. Must return quickly.
-pub type OnLanded = Arc<dyn Fn(&[(usize, u64)]) + Send + Sync>;
-
-#[derive(Clone)]
-pub struct ExecOptions {
-    pub concurrency: usize,
-    /// Bytes of staging memory (see `PartSource::staging_bytes`) the parts
-    /// in flight may hold together; a part waits for room instead of
-    /// allocating past it. None: bounded by `concurrency` alone.
-    pub staging_budget: Option<u64>,
-    /// Wanted bytes (segments) of every part that completed are added here,
-    /// for a progress bar that polls it from another thread.
-    pub progress: Option<Arc<AtomicU64>>,
-    /// Lets the caller work on a tensor (hash, decrypt) as soon as its last
-    /// byte lands instead of after the whole load.
-    pub on_landed: Option<OnLanded>,
-    /// Grow the requests in flight from `concurrency` up to this while it
-    /// raises throughput (`adapt::Growth`); `None`: exactly `concurrency`.
-    pub max_concurrency: Option<usize>,
-    /// Bytes a second past which growing stops.
-    pub throughput_target: Option<f64>,
-}
-
-impl ExecOptions {
-    pub fn new(concurrency: usize) -> ExecOptions {
-        ExecOptions {
-            concurrency,
-            staging_budget: None,
-            progress: None,
-            on_landed: None,
-            max_concurrency: None,
-            throughput_target: None,
-        }
-    }
-}
-
-impl std::fmt::Debug for ExecOptions {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ExecOptions")
-            .field("concurrency", &self.concurrency)
-            .field("staging_budget", &self.staging_budget)
-            .field("progress", &self.progress)
-            .field("on_landed", &self.on_landed.is_some())
-            .field("max_concurrency", &self.max_concurrency)
-            .field("throughput_target", &self.throughput_target)
-            .finish()
-    }
-}
 
 /// `FASTSHARD_POPULATE=0` turns populating ahead off (to measure it, or on a
 /// kernel where it misbehaves); read once per process.
@@ -80,18 +34,6 @@ const BUDGET_UNIT: u64 = 4096;
 
 fn budget_units(bytes: u64) -> u64 {
     bytes.div_ceil(BUDGET_UNIT)
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ExecStats {
-    pub bytes_fetched: u64,
-    pub requests: u64,
-    pub retries: u64,
-    pub seconds: f64,
-    /// Most staging bytes held at once by the parts in flight.
-    pub peak_staging: u64,
-    /// Most requests (parts) in flight at once.
-    pub max_in_flight: u64,
 }
 
 /// Fetches every part of `plan` into `dest`; returns once all are done
@@ -168,8 +110,11 @@ struct Run<S: ?Sized> {
     outer: CancelToken,
     stop: CancelToken,
     permits: Arc<Semaphore>,
+    /// The staging budget in `BUDGET_UNIT`s, and its semaphore.
+    budget_cap: Option<u64>,
     budget: Option<Arc<Semaphore>>,
     growth: Arc<Mutex<Growth>>,
+    sizer: Option<Arc<Mutex<Sizer>>>,
     gauges: Arc<Gauges>,
     tasks: JoinSet<Result<PartStats>>,
     totals: PartStats,
@@ -191,8 +136,12 @@ impl<S: PartSource + ?Sized> Run<S> {
         cancel: &CancelToken,
     ) -> Run<S> {
         let start = opts.concurrency.max(1);
-        let growth = Growth::new(start, opts.max_concurrency.unwrap_or(start), Instant::now())
+        let now = Instant::now();
+        let growth = Growth::new(start, opts.max_concurrency.unwrap_or(start), now)
             .with_target(opts.throughput_target);
+        let sizer = opts
+            .join_up_to
+            .map(|max| Arc::new(Mutex::new(Sizer::new(max, now))));
         Run {
             populate: source.populates_ahead() && populate_enabled(),
             source,
@@ -201,8 +150,10 @@ impl<S: PartSource + ?Sized> Run<S> {
             outer: cancel.clone(),
             stop: cancel.child(),
             permits: Arc::new(Semaphore::new(start)),
+            budget_cap: budget,
             budget: budget.map(|cap| Arc::new(Semaphore::new(cap as usize))),
             growth: Arc::new(Mutex::new(growth)),
+            sizer,
             gauges: Arc::default(),
             tasks: JoinSet::new(),
             totals: PartStats::default(),
@@ -210,13 +161,19 @@ impl<S: PartSource + ?Sized> Run<S> {
         }
     }
 
-    /// Starts every part as room allows, then waits for all of them.
+    /// Starts every part as room allows, then waits for all of them. Each
+    /// request is chosen once a permit is free, so joining parts uses every
+    /// part that completed meanwhile.
     async fn all(&mut self, parts: Vec<Part>) -> Result<PartStats> {
-        for part in parts {
+        let mut queue = PartQueue::new(parts, self.sizer.clone());
+        while !queue.is_empty() {
             if !self.may_start() {
                 break;
             }
             let Some(permit) = self.permit().await else {
+                break;
+            };
+            let Some(part) = queue.next(|a, b| self.fits_joined(a, b)) else {
                 break;
             };
             let need = self.source.staging_bytes(&part);
@@ -234,6 +191,16 @@ impl<S: PartSource + ?Sized> Run<S> {
             None if self.outer.is_cancelled() => Err(Error::cancelled()),
             None => Ok(self.totals),
         }
+    }
+
+    /// Whether parts `a` and `b` joined into one request would still fit the
+    /// staging budget on their own (as `budget_cap` checked every part).
+    fn fits_joined(&self, a: &Part, b: &Part) -> bool {
+        let Some(cap) = self.budget_cap else {
+            return true;
+        };
+        let mut joined = a.clone();
+        joined.join(b.clone()).is_ok() && budget_units(self.source.staging_bytes(&joined)) <= cap
     }
 
     /// Whether another part may start: not once cancelled, failed or out
@@ -344,6 +311,8 @@ impl<S: PartSource + ?Sized> Run<S> {
         let in_flight = gauges.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         gauges.max_in_flight.fetch_max(in_flight, Ordering::SeqCst);
         let (growth, permits) = (Arc::clone(&self.growth), Arc::clone(&self.permits));
+        let sizer = self.sizer.clone();
+        let started = Instant::now();
         self.tasks.spawn(async move {
             let out = fut.await;
             if let Some(warm) = warm {
@@ -351,6 +320,16 @@ impl<S: PartSource + ?Sized> Run<S> {
                 let _ = warm.await;
             }
             gauges.in_flight.fetch_sub(1, Ordering::SeqCst);
+            if let (Ok(stats), Some(sizer)) = (&out, &sizer) {
+                if let Some(first_byte) = stats.first_byte {
+                    sizer.lock().unwrap_or_else(|p| p.into_inner()).completed(
+                        stats.bytes_fetched,
+                        first_byte,
+                        started.elapsed(),
+                        Instant::now(),
+                    );
+                }
+            }
             if out.is_ok() {
                 let more = growth
                     .lock()

@@ -75,6 +75,7 @@ fn staging_budget_bounds_parts_in_flight() {
         on_landed: None,
         max_concurrency: None,
         throughput_target: None,
+        join_up_to: None,
     };
     let stats = run(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap();
     assert_eq!(out, bytes);
@@ -105,6 +106,7 @@ fn a_part_larger_than_the_budget_is_refused_before_any_read() {
         on_landed: None,
         max_concurrency: None,
         throughput_target: None,
+        join_up_to: None,
     };
     let err = run(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Budget);
@@ -152,4 +154,62 @@ fn caller_cancellation_is_reported_as_cancelled() {
     assert_eq!(err.kind(), ErrorKind::Cancelled);
     assert_eq!(src.in_flight.load(Ordering::SeqCst), 0);
     assert!(src.finished.load(Ordering::SeqCst) < 64);
+}
+
+/// Loads `setup`'s 64 parts of 1 KiB, two at a time, from a source whose
+/// parts wait `delay` for a first byte and `transfer` for the rest; returns
+/// the stats and the largest request the source saw.
+fn joined_load(
+    delay: Duration,
+    transfer: Duration,
+    budget: Option<u64>,
+    join_up_to: Option<u64>,
+) -> (ExecStats, u64) {
+    let (_, plan, bytes) = setup(vec![]);
+    let src = Arc::new(MockSource {
+        bytes: bytes.clone(),
+        delay,
+        transfer,
+        staging_whole: true,
+        ..Default::default()
+    });
+    let mut out = vec![0u8; bytes.len()];
+    // SAFETY: `out` outlives `execute` and is untouched meanwhile.
+    let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
+    let opts = ExecOptions {
+        staging_budget: budget,
+        join_up_to,
+        ..ExecOptions::new(2)
+    };
+    let stats = run(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap();
+    assert_eq!(out, bytes);
+    (stats, src.largest.load(Ordering::SeqCst))
+}
+
+#[test]
+fn parts_are_joined_where_first_bytes_cost_more_than_transfers() {
+    let ms = Duration::from_millis(1);
+    // 20 ms to a first byte, the bytes at once: fewer, larger requests, up
+    // to the limit given.
+    let (stats, largest) = joined_load(20 * ms, Duration::ZERO, None, Some(16 * 1024));
+    assert!(stats.requests < 16, "{stats:?}");
+    assert!((8 * 1024..=16 * 1024).contains(&largest), "{largest}");
+    assert_eq!(stats.bytes_fetched, 64 * 1024);
+    // Without a limit, or where transfers take longer than first bytes,
+    // every part goes as planned.
+    let (stats, largest) = joined_load(20 * ms, Duration::ZERO, None, None);
+    assert_eq!((stats.requests, largest), (64, 1024));
+    let (stats, largest) = joined_load(ms, 10 * ms, None, Some(16 * 1024));
+    assert_eq!((stats.requests, largest), (64, 1024));
+}
+
+#[test]
+fn joined_requests_stay_within_the_staging_budget() {
+    // Each request stages its whole length here: two pages of budget hold
+    // no request over 8 KiB, and the two in flight together stay within it.
+    let ms = Duration::from_millis(1);
+    let (stats, largest) = joined_load(20 * ms, Duration::ZERO, Some(8192), Some(16 * 1024));
+    assert!(stats.requests < 64, "{stats:?}");
+    assert!((2048..=8192).contains(&largest), "{largest}");
+    assert!(stats.peak_staging <= 8192, "{stats:?}");
 }

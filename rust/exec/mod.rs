@@ -1,12 +1,16 @@
 //! Concurrency: one process-wide tokio runtime and the executor that runs
-//! a read plan over a source with bounded, adaptive parallelism.
+//! a read plan over a source with bounded, adaptive parallelism and
+//! request sizes.
 
 mod adapt;
 mod executor;
 mod landed;
+mod options;
 mod runtime;
+mod sizing;
 
 pub use adapt::requests_for;
-pub use executor::{execute, ExecOptions, ExecStats, OnLanded};
+pub use executor::execute;
 pub use landed::overlap;
+pub use options::{ExecOptions, ExecStats, OnLanded};
 pub use runtime::runtime;

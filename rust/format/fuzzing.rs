@@ -33,6 +33,7 @@ pub fn exercise(bytes: &[u8]) {
     };
     let dec = Decryptor::new(secret);
     for size in [None, Some(bytes.len() as u64)] {
+        let _ = Index::parse_prefix(bytes, size);
         let Ok(index) = Index::parse(bytes, size) else {
             continue;
         };

@@ -126,6 +126,31 @@ impl Index {
                 ))
                 .with_range(PREAMBLE_LEN as u64..index_end)
             })?;
+        Self::parse_region(header, region, file_size)
+    }
+
+    /// As `parse`, from the file's first bytes `buf`, which may stop before
+    /// the end of the index region: what follows the last entry is padding
+    /// that no reader looks at (tensorizer reserves 256 KiB and fills a few),
+    /// so a reader need not fetch it. `Ok(None)`: the entries run past
+    /// `buf`, and more of the region is needed.
+    pub fn parse_prefix(buf: &[u8], file_size: Option<u64>) -> Result<Option<Index>> {
+        let header = FileHeader::parse(buf)?;
+        let index_end = header.index_end()?;
+        if buf.len() as u64 >= index_end {
+            return Self::parse(buf, file_size).map(Some);
+        }
+        let region = buf.get(PREAMBLE_LEN..).unwrap_or_default();
+        match entries_len(&header, region) {
+            Some(len) => Self::parse_region(header, &region[..len], file_size).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Parses the entries from the start of `region`, the index region or
+    /// a prefix of it that holds every entry.
+    fn parse_region(header: FileHeader, region: &[u8], file_size: Option<u64>) -> Result<Index> {
+        let index_end = header.index_end()?;
         let versioned = header.versioned_headers();
         let min_entry = MIN_ENTRY_LEN + if versioned { 4 } else { 0 };
         if header.tensor_count > header.metadata_len / min_entry {
@@ -186,6 +211,27 @@ impl Index {
             .iter()
             .fold(0u64, |acc, e| acc.saturating_add(e.data_length))
     }
+}
+
+/// How many bytes from the start of `region` the header's entries span,
+/// from their length fields alone; `None` when they run past its end. A
+/// walk, not a parse: `Index::parse_region` checks what the fields say.
+fn entries_len(header: &FileHeader, region: &[u8]) -> Option<usize> {
+    let mut c = Cursor::new(region, PREAMBLE_LEN as u64);
+    // Every entry takes at least MIN_ENTRY_LEN bytes, so a count too large
+    // for the region ends the walk at its end.
+    for _ in 0..header.tensor_count {
+        let long = header.versioned_headers() && c.u32().ok()? == TAG_LONG;
+        let name_len = c.u16().ok()?;
+        c.skip(usize::from(name_len)).ok()?;
+        c.skip(1).ok()?; // tensor type
+        let dtype_len = c.u8().ok()?;
+        c.skip(usize::from(dtype_len)).ok()?;
+        let ndim = usize::from(c.u8().ok()?);
+        c.skip(ndim * if long { 8 } else { 4 }).ok()?;
+        c.skip(24).ok()?; // header offset, data offset, data length
+    }
+    Some(c.pos())
 }
 
 fn parse_entry(c: &mut Cursor<'_>, versioned: bool) -> Result<(TensorEntry, u8)> {

@@ -311,3 +311,39 @@ fn name_and_dtype_errors_carry_context() {
     es[0].name = b"\x1e[\"a\",1]".to_vec();
     assert!(err(1, &es).message().contains("structured tensor path"));
 }
+
+#[test]
+fn a_prefix_with_every_entry_parses_without_the_padding() {
+    for (version, flags, mut es) in [(1, 0, two()), (5, FLAG_VERSIONED_HEADERS, two())] {
+        if flags != 0 {
+            es[0].tag = Some(TAG_SHORT);
+            es[1] = E::new("b", b"|u1", &[1 << 32], END + 88, 100, 0);
+            es[1].tag = Some(TAG_LONG);
+            es[1].long = true;
+        }
+        let f = file(version, flags, &es);
+        let used = PREAMBLE_LEN + es.iter().map(|e| e.encode().len()).sum::<usize>();
+        let whole = Index::parse(&f, None).unwrap();
+        for cut in [used, used + 1, f.len() - 1, f.len()] {
+            let got = Index::parse_prefix(&f[..cut], None).unwrap().unwrap();
+            assert_eq!(
+                (got.header, got.entries),
+                (whole.header.clone(), whole.entries.clone())
+            );
+        }
+        for cut in [PREAMBLE_LEN, PREAMBLE_LEN + 1, used - 1] {
+            assert!(
+                Index::parse_prefix(&f[..cut], None).unwrap().is_none(),
+                "{cut}"
+            );
+        }
+    }
+    // What the entries say is checked as by `parse`; a short header fails.
+    let mut es = two();
+    es[0].ho = END - 1;
+    let f = file(1, 0, &es);
+    let e = Index::parse_prefix(&f[..PREAMBLE_LEN + 100], None).unwrap_err();
+    assert!(e.message().contains("inside the index"), "{e}");
+    let e = Index::parse_prefix(&f[..PREAMBLE_LEN - 1], None).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Format);
+}

@@ -6,7 +6,7 @@ use super::fuzzing::exercise;
 use super::names::{PathPart, TensorName};
 use super::test_util::{read_back, write};
 use super::writer::{IndexMode, WriteSpec};
-use super::{Dtype, FileHeader, TensorType};
+use super::{Dtype, FileHeader, Index, TensorType, PREAMBLE_LEN};
 use proptest::prelude::*;
 
 fn arb_dtype() -> impl Strategy<Value = Dtype> {
@@ -149,6 +149,31 @@ proptest! {
         let want_version = if any_long { 5 } else if specs.iter().any(|s| s.is_meta) { 4 }
             else if specs.iter().any(|s| s.dtype.is_opaque()) { 2 } else { 1 };
         prop_assert_eq!(layout.header.version, want_version);
+    }
+
+    #[test]
+    fn index_prefixes_parse_once_every_entry_is_in(
+        specs in prop::collection::vec(arb_spec(), 1..8),
+        exact in any::<bool>(),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let specs = uniquify(specs);
+        let data = data_for(&specs, 0);
+        let mode = if exact { IndexMode::Exact } else { IndexMode::Tensorizer };
+        let (file, _) = write(&specs, &data, mode);
+        // The entries' length: the whole index region of an exact index.
+        let used = PREAMBLE_LEN + write(&specs, &data, IndexMode::Exact).1.header.metadata_len as usize;
+        let size = Some(file.len() as u64);
+        let whole = Index::parse(&file, size).unwrap();
+        let parse = |n: usize| Index::parse_prefix(&file[..n], size).unwrap();
+        prop_assert!(parse(used - 1).is_none());
+        let at = PREAMBLE_LEN + cut.index(file.len() - PREAMBLE_LEN + 1);
+        for n in [used, at, file.len()] {
+            match parse(n) {
+                Some(got) => prop_assert_eq!(got.entries, whole.entries.clone()),
+                None => prop_assert!(n < used, "{} of {} bytes", n, used),
+            }
+        }
     }
 
     #[test]

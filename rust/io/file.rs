@@ -149,6 +149,7 @@ impl FileSource {
             bytes_fetched: part.len(),
             requests: 1,
             retries: 0,
+            first_byte: None,
         })
     }
 }

@@ -1,8 +1,9 @@
 //! An in-memory source for executor tests: serves a byte vector, can fail
-//! chosen parts and records how many parts were in flight at once. Only for
-//! fault injection; real sources are tested against real files and servers.
+//! chosen parts and records how many parts were in flight at once and the
+//! largest. Only for fault injection; real sources are tested against real
+//! files and servers.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,12 +16,17 @@ pub struct MockSource {
     pub bytes: Vec<u8>,
     /// Parts whose start offset is listed here fail with a network error.
     pub fail_at: Vec<u64>,
+    /// Each part's wait for its first byte, and then for the rest.
     pub delay: Duration,
-    /// Staging bytes each part claims (`RangeSource::staging_bytes`).
+    pub transfer: Duration,
+    /// Staging bytes each part claims (`RangeSource::staging_bytes`), and
+    /// whether it claims its whole length instead.
     pub staging: u64,
+    pub staging_whole: bool,
     pub in_flight: AtomicUsize,
     pub max_in_flight: AtomicUsize,
     pub finished: AtomicUsize,
+    pub largest: AtomicU64,
 }
 
 impl PartSource for MockSource {
@@ -33,7 +39,9 @@ impl PartSource for MockSource {
         Box::pin(async move {
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.max_in_flight.fetch_max(now, Ordering::SeqCst);
+            self.largest.fetch_max(part.len(), Ordering::SeqCst);
             tokio::time::sleep(self.delay).await;
+            tokio::time::sleep(self.transfer).await;
             let out = (|| {
                 cancel.check()?;
                 if self.fail_at.contains(&part.start) {
@@ -49,6 +57,7 @@ impl PartSource for MockSource {
                     bytes_fetched: part.len(),
                     requests: 1,
                     retries: 0,
+                    first_byte: Some(self.delay),
                 })
             })();
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -69,7 +78,11 @@ impl PartSource for MockSource {
         4
     }
 
-    fn staging_bytes(&self, _part: &Part) -> u64 {
-        self.staging
+    fn staging_bytes(&self, part: &Part) -> u64 {
+        if self.staging_whole {
+            part.len()
+        } else {
+            self.staging
+        }
     }
 }

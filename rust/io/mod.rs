@@ -58,6 +58,10 @@ pub struct PartStats {
     pub bytes_fetched: u64,
     pub requests: u64,
     pub retries: u64,
+    /// From the part's start to its first byte, where the source can tell
+    /// (a network response; a file read has no such wait): with the whole
+    /// part's time, it tells what a request costs beside its bytes.
+    pub first_byte: Option<std::time::Duration>,
 }
 
 /// What the executor needs of a source: fetching a planned part into its
@@ -88,6 +92,14 @@ pub trait PartSource: Send + Sync + 'static {
     /// The part size for a load of `bytes` when none was set, if it should
     /// differ from `plan_options().part_size`.
     fn part_size_for(&self, _bytes: u64) -> Option<u64> {
+        None
+    }
+
+    /// The largest request a load that set neither a part size nor a
+    /// concurrency may join its planned parts into while each request's
+    /// first byte costs more than its transfer (`exec::sizing`); `None`:
+    /// parts are fetched as planned, as local files are.
+    fn max_joined_part(&self) -> Option<u64> {
         None
     }
 

@@ -9,7 +9,8 @@ use std::sync::{Arc, OnceLock};
 
 use super::retry::{bounded, retrying, RetryPolicy};
 use super::sink::{
-    exact, network_part_size, PartSink, NETWORK_CONCURRENCY, NETWORK_MAX_CONCURRENCY, NETWORK_PLAN,
+    exact, network_part_size, PartSink, NETWORK_CONCURRENCY, NETWORK_MAX_CONCURRENCY,
+    NETWORK_MAX_JOINED, NETWORK_PLAN,
 };
 use super::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource};
 use crate::cancel::CancelToken;
@@ -73,6 +74,7 @@ async fn read_part_retrying<S: RangedObject>(src: &S, job: &PartJob) -> Result<P
     let mut sink = PartSink::new(part, dest, cancel);
     let mut stats = PartStats::default();
     let mut attempt = 0u32;
+    let started = std::time::Instant::now();
     loop {
         cancel.check()?;
         attempt += 1;
@@ -80,6 +82,7 @@ async fn read_part_retrying<S: RangedObject>(src: &S, job: &PartJob) -> Result<P
         let start = sink.position();
         let outcome = bounded(src.stream(start, part.end, &mut sink), cancel).await;
         stats.bytes_fetched += sink.position() - start;
+        stats.first_byte = sink.first_byte().map(|t| t - started);
         let err = match outcome {
             Ok(()) if sink.remaining() == 0 => return Ok(stats),
             Ok(()) => Error::new(
@@ -122,6 +125,10 @@ impl<T: RangedObject> PartSource for T {
 
     fn part_size_for(&self, bytes: u64) -> Option<u64> {
         Some(network_part_size(bytes))
+    }
+
+    fn max_joined_part(&self) -> Option<u64> {
+        Some(NETWORK_MAX_JOINED)
     }
 }
 

@@ -1,6 +1,8 @@
 //! Streaming a ranged response into a part's destinations, and how network
 //! sources (S3, HTTP) size and coalesce their parts.
 
+use std::time::Instant;
+
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
@@ -14,6 +16,7 @@ pub struct PartSink<'a> {
     cancel: &'a CancelToken,
     pos: u64,
     seg: usize,
+    first_byte: Option<Instant>,
 }
 
 impl<'a> PartSink<'a> {
@@ -24,7 +27,13 @@ impl<'a> PartSink<'a> {
             cancel,
             pos: part.start,
             seg: 0,
+            first_byte: None,
         }
+    }
+
+    /// When the first byte of the part arrived, if one has.
+    pub fn first_byte(&self) -> Option<Instant> {
+        self.first_byte
     }
 
     /// Absolute offset of the next byte expected.
@@ -38,6 +47,9 @@ impl<'a> PartSink<'a> {
 
     pub fn write(&mut self, mut chunk: &[u8]) -> Result<()> {
         self.cancel.check()?;
+        if self.first_byte.is_none() && !chunk.is_empty() {
+            self.first_byte = Some(Instant::now());
+        }
         if chunk.len() as u64 > self.remaining() {
             return Err(Error::new(
                 ErrorKind::Network,
@@ -97,6 +109,11 @@ pub const NETWORK_MAX_CONCURRENCY: usize = 512;
 /// Parts are never smaller than this by default: each request pays the
 /// store's first-byte latency (and S3 bills and rate-limits per request).
 pub const NETWORK_MIN_PART: u64 = 1024 * 1024;
+/// The largest request a load joins its parts into where each request's
+/// first byte costs more than its transfer (`exec::sizing`): s5cmd's parts
+/// are 50 MiB; past this one request would hold a load's tail. Size costs
+/// no re-fetch: a failed request resumes where it stopped.
+pub const NETWORK_MAX_JOINED: u64 = 256 * 1024 * 1024;
 
 /// A part size that gives a load of `bytes` at least one part per request
 /// it starts with, so a small load is not fetched by a few connections
@@ -154,6 +171,7 @@ mod tests {
                     slot_offset: 2,
                 },
             ],
+            run: 0,
         };
         let mut a = vec![0u8; 5];
         let mut b = vec![0u8; 12];

@@ -46,6 +46,11 @@ pub struct Part {
     pub start: u64,
     pub end: u64,
     pub segments: Vec<Segment>,
+    /// The coalesced run the part was cut from: the plan chose to fetch
+    /// every gap inside a run, so parts of one run that follow each other
+    /// may be fetched by one request (`join`); parts of different runs may
+    /// not (their gap was too large, or over the amplification budget).
+    pub run: usize,
 }
 
 impl Part {
@@ -65,6 +70,23 @@ impl Part {
             .map(|w| w[1].offset - w[0].end())
             .max()
             .unwrap_or(0)
+    }
+
+    /// Whether `next` continues this part's run right after it, so that one
+    /// request may fetch both (gap bytes between them included).
+    pub fn joins(&self, next: &Part) -> bool {
+        self.run == next.run && next.start >= self.end
+    }
+
+    /// Extends this part over `next` (one read for both); hands `next`
+    /// back unless `self.joins(&next)`.
+    pub fn join(&mut self, next: Part) -> std::result::Result<(), Part> {
+        if !self.joins(&next) {
+            return Err(next);
+        }
+        self.end = next.end;
+        self.segments.extend(next.segments);
+        Ok(())
     }
 }
 
@@ -136,15 +158,17 @@ pub fn plan_reads(mut wants: Vec<Want>, opts: PlanOptions) -> Result<ReadPlan> {
     let bridges = bridges(&wants, &opts);
     let mut plan = ReadPlan::default();
     let mut run: Vec<Want> = Vec::new();
+    let mut runs = 0;
     for (i, w) in wants.into_iter().enumerate() {
         if !run.is_empty() && !bridges[i - 1] {
-            split_run(&run, opts.part_size, &mut plan.parts);
+            split_run(&run, opts.part_size, runs, &mut plan.parts);
+            runs += 1;
             run.clear();
         }
         run.push(w);
     }
     if !run.is_empty() {
-        split_run(&run, opts.part_size, &mut plan.parts);
+        split_run(&run, opts.part_size, runs, &mut plan.parts);
     }
     Ok(plan)
 }
@@ -175,9 +199,9 @@ fn bridges(wants: &[Want], opts: &PlanOptions) -> Vec<bool> {
     bridge
 }
 
-/// Cuts one coalesced run into parts of nearly equal size, none above
-/// `part_size`, so the last part is not a small straggler.
-fn split_run(run: &[Want], part_size: u64, out: &mut Vec<Part>) {
+/// Cuts one coalesced run (number `id`) into parts of nearly equal size,
+/// none above `part_size`, so the last part is not a small straggler.
+fn split_run(run: &[Want], part_size: u64, id: usize, out: &mut Vec<Part>) {
     let start = run[0].offset;
     let end = run[run.len() - 1].offset + run[run.len() - 1].len;
     let total = end - start;
@@ -216,6 +240,7 @@ fn split_run(run: &[Want], part_size: u64, out: &mut Vec<Part>) {
                 start: first.offset,
                 end: last.end(),
                 segments,
+                run: id,
             });
         }
         bound = part_end;
@@ -281,6 +306,23 @@ mod tests {
         assert_eq!(plan.parts.len(), 1);
         assert_eq!(plan.fetched_bytes(), 40);
         assert_eq!(plan.useful_bytes(), 20);
+    }
+
+    #[test]
+    fn parts_of_one_run_join_and_others_do_not() {
+        // Two runs: 0..100 in parts of 40, then 500..510 past the gap threshold.
+        let wants = vec![Want::whole(0, 100, 0), Want::whole(500, 10, 1)];
+        let plan = plan_reads(wants, opts(50, 40)).unwrap();
+        let runs: Vec<usize> = plan.parts.iter().map(|p| p.run).collect();
+        assert_eq!(runs, vec![0, 0, 0, 1]);
+        let [mut a, b, mut c, d] = <[Part; 4]>::try_from(plan.parts).unwrap();
+        assert!(a.joins(&b) && !b.joins(&a) && !c.joins(&d));
+        assert_eq!(c.join(d.clone()), Err(d));
+        a.join(b).unwrap();
+        assert_eq!((a.start, a.end, a.segments.len()), (0, 68, 2));
+        a.join(c).unwrap();
+        let slot_offsets: Vec<u64> = a.segments.iter().map(|s| s.slot_offset).collect();
+        assert_eq!((a.len(), slot_offsets), (100, vec![0, 34, 68]));
     }
 
     #[test]
@@ -355,6 +397,24 @@ mod tests {
             // Gap bytes fetched never exceed the threshold per hole.
             let holes: u64 = plan.fetched_bytes() - plan.useful_bytes();
             prop_assert!(holes <= gap * wants.len() as u64);
+            // Joining each part to the next of its run (as a load that
+            // adapts its part size may) fetches the same segments in one
+            // read per run, bridging no gap the plan would not.
+            let mut joined: Vec<Part> = Vec::new();
+            for p in plan.parts.clone() {
+                if let Err(p) = joined.last_mut().map_or(Err(p.clone()), |last| last.join(p)) {
+                    joined.push(p);
+                }
+            }
+            let segments = |ps: &[Part]| ps.iter().flat_map(|p| p.segments.clone()).collect::<Vec<_>>();
+            prop_assert_eq!(segments(&joined), segments(&plan.parts));
+            let runs: std::collections::BTreeSet<usize> = plan.parts.iter().map(|p| p.run).collect();
+            prop_assert_eq!(joined.len(), runs.len());
+            for p in &joined {
+                for w in p.segments.windows(2) {
+                    prop_assert!(w[1].offset - w[0].end() <= gap);
+                }
+            }
         }
     }
 }

@@ -87,6 +87,7 @@ impl TensorFile {
             on_landed: None,
             max_concurrency: concurrency.max,
             throughput_target: opts.throughput_target,
+            join_up_to: self.join_up_to(opts),
         };
         let cancel = cancel.child_with_budget(self.deadline);
         let fetched =
@@ -259,6 +260,16 @@ impl TensorFile {
                     (max, _) => Concurrency { start, max },
                 }
             }
+        }
+    }
+
+    /// How large a request may grow by joining planned parts: only where
+    /// the caller left both the part size and the concurrency to the load
+    /// (an explicit one is kept exactly), and the source allows it.
+    fn join_up_to(&self, opts: &LoadOptions) -> Option<u64> {
+        match (opts.part_size, opts.concurrency) {
+            (None, None) => self.source.max_joined_part(),
+            _ => None,
         }
     }
 

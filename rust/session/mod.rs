@@ -2,6 +2,7 @@
 //! tensors into caller-owned memory. This is the facade the bindings use.
 
 mod check;
+mod discover;
 mod load;
 
 use std::sync::Arc;
@@ -10,13 +11,9 @@ use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
 use crate::exec::runtime;
 use crate::format::crypt::Decryptor;
-use crate::format::{FileHeader, Index, PREAMBLE_LEN};
+use crate::format::Index;
 use crate::io::{open_source, RangeSource, SourceOptions};
 use crate::location::Location;
-
-/// Bytes the discovery read asks for: tensorizer reserves a 256 KiB index,
-/// so this covers header, index and the first record headers in one read.
-const DISCOVERY_BYTES: u64 = 320 * 1024;
 
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
@@ -67,19 +64,19 @@ impl TensorFile {
     /// cancelled or the source options' deadline passes.
     pub fn open(loc: &Location, opts: &SourceOptions, cancel: &CancelToken) -> Result<TensorFile> {
         let cancel = cancel.child_with_budget(opts.deadline);
-        let (source, index, size, stats) = runtime()?.block_on(async {
+        let (source, found) = runtime()?.block_on(async {
             let source = open_source(loc, opts).await?;
-            let (index, size, stats) = read_index(source.as_ref(), &cancel)
+            let found = discover::discover(&source, &cancel)
                 .await
                 .map_err(|e| e.with_uri(source.uri()))?;
-            Ok::<_, Error>((source, index, size, stats))
+            Ok::<_, Error>((source, found))
         })?;
         Ok(TensorFile {
             source,
             deadline: opts.deadline,
-            index,
-            size,
-            discovery_stats: stats,
+            discovery_stats: (found.requests, found.bytes),
+            index: found.index,
+            size: found.size,
         })
     }
 
@@ -99,41 +96,4 @@ impl TensorFile {
     pub fn discovery_stats(&self) -> (u64, u64) {
         self.discovery_stats
     }
-}
-
-/// Reads the header and the whole index: one read normally, a second one
-/// when the index is larger than the discovery read.
-async fn read_index(
-    source: &dyn RangeSource,
-    cancel: &CancelToken,
-) -> Result<(Index, u64, (u64, u64))> {
-    let disc = source.discover(DISCOVERY_BYTES, cancel).await?;
-    let mut requests = 1u64;
-    let mut fetched = disc.prefix.len() as u64;
-    if disc.prefix.len() < PREAMBLE_LEN {
-        return Err(Error::format(format!(
-            "file is truncated: {} bytes is shorter than the {PREAMBLE_LEN}-byte file header",
-            disc.prefix.len()
-        ))
-        .with_range(disc.prefix.len() as u64..PREAMBLE_LEN as u64));
-    }
-    let header = FileHeader::parse(&disc.prefix)?;
-    let index_end = header.index_end()?;
-    if index_end > disc.size {
-        return Err(Error::format(format!(
-            "file is truncated: the index ends at byte {index_end} but the file has {} bytes",
-            disc.size
-        ))
-        .with_range(disc.size..index_end));
-    }
-    let mut prefix = disc.prefix;
-    if (prefix.len() as u64) < index_end {
-        let have = prefix.len() as u64;
-        let rest = source.read_range(have, index_end - have, cancel).await?;
-        requests += 1;
-        fetched += rest.len() as u64;
-        prefix.extend_from_slice(&rest);
-    }
-    let index = Index::parse(&prefix, Some(disc.size))?;
-    Ok((index, disc.size, (requests, fetched)))
 }

@@ -1,7 +1,7 @@
 """The shaping proxy (examples/shaper.rs) from Python: an object store's
-first-byte latency and per-connection bandwidth, on loopback, in front of
-SeaweedFS or nginx, for tests and the network benchmark. The binary is
-found, never built (``find_shaper``)."""
+first-byte latency, per-connection bandwidth and per-request service time,
+on loopback, in front of SeaweedFS or nginx, for tests and the network
+benchmark. The binary is found, never built (``find_shaper``)."""
 
 from __future__ import annotations
 
@@ -54,13 +54,19 @@ def find_shaper(release: bool = False) -> str:
 class Shaper:
     """``latency_ms`` (+ up to ``jitter_ms``) before each request is
     forwarded; each connection's responses paced to ``rate_mbps`` MB/s
-    (0: unlimited)."""
+    (0: unlimited). ``service_ms`` is what each request costs the store
+    whatever its size, paid before its latency in one of ``service_slots``
+    slots that all connections share (0: every request at once), so
+    requests beyond the slots queue: a store where many small requests cost
+    more than a few large ones."""
 
     upstream_port: int
     root: Path
     latency_ms: float = 50.0
     jitter_ms: float = 0.0
     rate_mbps: float = 25.0
+    service_ms: float = 0.0
+    service_slots: int = 1
     port: int = 0
     endpoint: str = ""  # http://127.0.0.1:port, once started
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
@@ -83,6 +89,10 @@ class Shaper:
             str(self.jitter_ms),
             "--rate-mbps",
             str(self.rate_mbps),
+            "--service-ms",
+            str(self.service_ms),
+            "--service-slots",
+            str(self.service_slots),
             "--stats",
             str(self._stats_path),
         ]
@@ -101,8 +111,9 @@ class Shaper:
         raise RuntimeError(f"the shaping proxy did not start: {log.read_text(errors='replace')}")
 
     def stats(self) -> dict[str, Any]:
-        """connections, open, max_open, requests, bytes_down, upstream_failures
-        (at most 100 ms old)."""
+        """connections, open, max_open, requests, max_waiting (most requests
+        waiting for or in service at once), bytes_down, upstream_failures (at
+        most 100 ms old)."""
         try:
             return dict(json.loads(self._stats_path.read_text()))
         except (OSError, ValueError):

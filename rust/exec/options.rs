@@ -1,0 +1,73 @@
+//! What a caller tells the executor about one run of a plan, and what the
+//! run reports back.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// Told, on the runtime's threads, about every part that landed in full:
+/// the `(slot, bytes)` of each of its segments. Must return quickly.
+pub type OnLanded = Arc<dyn Fn(&[(usize, u64)]) + Send + Sync>;
+
+#[derive(Clone)]
+pub struct ExecOptions {
+    pub concurrency: usize,
+    /// Bytes of staging memory (see `PartSource::staging_bytes`) the parts
+    /// in flight may hold together; a part waits for room instead of
+    /// allocating past it. None: bounded by `concurrency` alone.
+    pub staging_budget: Option<u64>,
+    /// Wanted bytes (segments) of every part that completed are added here,
+    /// for a progress bar that polls it from another thread.
+    pub progress: Option<Arc<AtomicU64>>,
+    /// Lets the caller work on a tensor (hash, decrypt) as soon as its last
+    /// byte lands instead of after the whole load.
+    pub on_landed: Option<OnLanded>,
+    /// Grow the requests in flight from `concurrency` up to this while it
+    /// raises throughput (`adapt::Growth`); `None`: exactly `concurrency`.
+    pub max_concurrency: Option<usize>,
+    /// Bytes a second past which growing stops.
+    pub throughput_target: Option<f64>,
+    /// Join queued parts of one run into requests of up to this many bytes
+    /// while each request's first byte costs more than its transfer
+    /// (`sizing::Sizer`); `None`: every part as planned.
+    pub join_up_to: Option<u64>,
+}
+
+impl ExecOptions {
+    pub fn new(concurrency: usize) -> ExecOptions {
+        ExecOptions {
+            concurrency,
+            staging_budget: None,
+            progress: None,
+            on_landed: None,
+            max_concurrency: None,
+            throughput_target: None,
+            join_up_to: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ExecOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecOptions")
+            .field("concurrency", &self.concurrency)
+            .field("staging_budget", &self.staging_budget)
+            .field("progress", &self.progress)
+            .field("on_landed", &self.on_landed.is_some())
+            .field("max_concurrency", &self.max_concurrency)
+            .field("throughput_target", &self.throughput_target)
+            .field("join_up_to", &self.join_up_to)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ExecStats {
+    pub bytes_fetched: u64,
+    pub requests: u64,
+    pub retries: u64,
+    pub seconds: f64,
+    /// Most staging bytes held at once by the parts in flight.
+    pub peak_staging: u64,
+    /// Most requests (parts) in flight at once.
+    pub max_in_flight: u64,
+}
