@@ -28,6 +28,7 @@ def test_the_typed_options_are_the_native_layers() -> None:
         "throughput_target_gbps",
         "encryption",
         "progress",
+        "mmap",
     }
     assert SaveOptions.__optional_keys__ == set(_native.SOURCE_OPTIONS) | {"encryption"}
 

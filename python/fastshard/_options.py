@@ -55,6 +55,7 @@ class LoadOptions(TypedDict, total=False):
     throughput_target_gbps: float | None
     encryption: EncryptionKey | None
     progress: bool | None
+    mmap: bool
 
 
 class OpenOptions(SourceOptions, LoadOptions, total=False):
@@ -130,6 +131,9 @@ class OpenSettings:
     native: dict[str, Any] = field(default_factory=dict)
     budget: Budget = Budget()
     progress: bool | None = None
+    # load_state_dict returns views of the file mapped copy-on-write
+    # (``_mapped``) instead of copies in private memory.
+    mmap: bool = False
 
     @property
     def verify_hash(self) -> bool:
@@ -163,7 +167,7 @@ def open_settings(opts: Mapping[str, Any]) -> OpenSettings:
     for key, value in opts.items():
         if key in _NATIVE_LOAD:
             native[key] = value
-        elif key not in SOURCE and key not in ("max_host_bytes", "progress"):
+        elif key not in SOURCE and key not in ("max_host_bytes", "progress", "mmap"):
             raise InvalidArgumentError(f"unknown option {key!r}")
     if "verify_hash" in native:
         native["verify_hash"] = bool(native["verify_hash"])
@@ -172,7 +176,10 @@ def open_settings(opts: Mapping[str, Any]) -> OpenSettings:
     source = source_options(opts)
     progress = opts.get("progress")
     _progress.wanted(progress, 0)  # a bad value fails now, not after the open
-    return OpenSettings(source, native, Budget(opts.get("max_host_bytes")), progress)
+    mmap = opts.get("mmap", False)
+    if not isinstance(mmap, bool):
+        raise InvalidArgumentError(f"mmap must be True or False, not {mmap!r}")
+    return OpenSettings(source, native, Budget(opts.get("max_host_bytes")), progress, mmap)
 
 
 def save_settings(opts: Mapping[str, Any]) -> dict[str, Any]:

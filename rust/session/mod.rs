@@ -3,6 +3,9 @@
 
 mod check;
 mod load;
+mod mapped;
+
+pub use mapped::MappedFile;
 
 use std::sync::Arc;
 
