@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import DTYPES, assert_bit_equal, assert_state_equal, layout, patch, random_tensor
+from conftest import (
+    DTYPES,
+    assert_bit_equal,
+    assert_state_equal,
+    layout,
+    patch,
+    random_tensor,
+    tensorizer_read,
+)
 
 import fastshard
 from fastshard import EncryptionKey, ShardSpec
@@ -240,3 +248,37 @@ def test_a_remote_object_is_refused(nginx: Any, tmp_path: Path) -> None:
     with pytest.raises(UnsupportedError, match="local files"):
         fastshard.load_state_dict(url, mmap=True)
     assert_bit_equal(fastshard.load_state_dict(url)["w"], fastshard.load_state_dict(path)["w"])
+
+
+def test_an_aligned_save_is_mapped_whole_and_tensorizer_reads_it(tmp_path: Path) -> None:
+    sd = _every_dtype()
+    path = tmp_path / "aligned.tensors"
+    fastshard.save(sd, path, align=64)
+    assert all(e["data_offset"] % 64 == 0 for e in layout(path) if e["data_length"])
+    with fastshard.open(path, mmap=True, verify_hash=True) as f:
+        mapped = f.load_state_dict()
+        stats = f.stats
+    copied = fastshard.load_state_dict(path, verify_hash=True)
+    assert_state_equal(mapped, copied)
+    assert stats.bytes_mapped == sum(t.nbytes for n, t in mapped.items() if n != "meta")
+    theirs = tensorizer_read(path, verify_hash=True)
+    for name, t in sd.items():
+        if name != "meta":
+            assert_bit_equal(theirs[name], t)
+    # Alignment 1 is tensorizer's layout: the same bytes as no alignment.
+    fastshard.save(sd, tmp_path / "one.tensors", align=1)
+    fastshard.save(sd, tmp_path / "plain.tensors")
+    assert (tmp_path / "one.tensors").read_bytes() == (tmp_path / "plain.tensors").read_bytes()
+
+
+def test_a_bad_alignment_is_refused(tmp_path: Path) -> None:
+    sd = {"w": torch.randn(4)}
+    for bad in (3, 8192, 0):
+        with pytest.raises(InvalidArgumentError, match="power of two"):
+            fastshard.save(sd, tmp_path / "x.tensors", align=bad)
+    with pytest.raises(InvalidArgumentError, match="number of bytes"):
+        fastshard.save(sd, tmp_path / "x.tensors", align="64")  # type: ignore[typeddict-item]
+    key = EncryptionKey.from_bytes(bytes(range(32)))
+    with pytest.raises(InvalidArgumentError, match="encrypted"):
+        fastshard.save(sd, tmp_path / "x.tensors", align=64, encryption=key)
+    assert not (tmp_path / "x.tensors").exists()

@@ -257,6 +257,7 @@ def write_file(
     exact_index: bool = False,
     sha256: bool = False,
     encryption: _EncryptionTuple | None = None,
+    align: int = 1,
     **opts: Unpack[_SourceOptions],
 ) -> int | tuple[int, str]:
     """Write a tensorizer file to a local path or ``s3://bucket/key``;
@@ -271,7 +272,11 @@ def write_file(
     half a file. ``encryption`` encrypts every tensor with data as
     tensorizer does (version 3+ with the encrypted flag, 2 MiB chunks,
     SHA-256 only on encrypted records); the buffers are not modified (a
-    copy of one tensor at a time is sealed)."""
+    copy of one tensor at a time is sealed). ``align`` (a power of two up
+    to 4096; not with ``encryption``) starts every tensor's data at a
+    multiple of that many bytes, with zero slack at the end of its record
+    header, which tensorizer's reader skips (and hashes); 1 is tensorizer's
+    layout."""
 
 def read_object(
     uri: str | Location, *, max_bytes: int = 16 << 20, **opts: Unpack[_SourceOptions]

@@ -66,6 +66,7 @@ class SaveOptions(SourceOptions, total=False):
     """The options of ``fastshard.save`` and ``save_sharded``."""
 
     encryption: EncryptionKey | None
+    align: int | None
 
 
 SOURCE = frozenset(_native.SOURCE_OPTIONS)
@@ -186,6 +187,7 @@ def save_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
     """Check the options of a save; the native ``write_file`` options."""
     rest = dict(opts)
     encryption = native_key(rest.pop("encryption", None))
+    align = rest.pop("align", None)
     for key in rest:
         if key == "progress":
             raise UnsupportedError("save shows no progress bar yet: progress is a load option")
@@ -194,10 +196,14 @@ def save_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
     out = source_options(rest)
     if encryption is not None:
         out["encryption"] = encryption
+    if align is not None:
+        if not isinstance(align, int) or isinstance(align, bool):
+            raise InvalidArgumentError(f"align must be a number of bytes, not {align!r}")
+        out["align"] = align  # the native writer checks the value
     return out
 
 
 def without_key(native: Mapping[str, Any]) -> dict[str, Any]:
     """Save options for objects that are not tensor files (the manifest):
-    the encryption key is only for tensor files."""
-    return {k: v for k, v in native.items() if k != "encryption"}
+    the encryption key and the alignment are only for tensor files."""
+    return {k: v for k, v in native.items() if k not in ("encryption", "align")}

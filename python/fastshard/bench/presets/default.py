@@ -3,7 +3,8 @@ ceiling of each source and against tensorizer, Run:ai Model Streamer,
 safetensors and torch.load, on the same tensors.
 
 Without ``--uri`` it writes a seeded workload as a tensorizer object (by
-tensorizer), a fastshard object, a safetensors object and a torch file,
+tensorizer), a fastshard object (aligned: ``fastshard.save(align=64)``, as
+safetensors aligns its tensors), a safetensors object and a torch file,
 starts SeaweedFS (S3) and nginx (HTTP) on 127.0.0.1 as needed, and stops
 them when done. Every load runs in a fresh process; one warm-up round
 precedes ``--repeat`` measured rounds whose order alternates, and every
