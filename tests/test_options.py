@@ -29,8 +29,9 @@ def test_the_typed_options_are_the_native_layers() -> None:
         "throughput_target_gbps",
         "encryption",
         "progress",
+        "mmap",
     }
-    assert SaveOptions.__optional_keys__ == set(_native.SOURCE_OPTIONS) | {"encryption"}
+    assert SaveOptions.__optional_keys__ == set(_native.SOURCE_OPTIONS) | {"encryption", "align"}
 
 
 def test_every_open_option_is_documented() -> None:

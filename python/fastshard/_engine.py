@@ -56,6 +56,18 @@ class Engine:
     def info_at(self, index: int) -> TensorInfo:
         return self._infos[index]
 
+    @property
+    def mmap(self) -> bool:
+        """Whether loads of new tensors map the file (``_mapped``)."""
+        return self._settings.mmap
+
+    def map(self, indices: Sequence[int]) -> _native.Mapping:
+        """The whole file mapped copy-on-write, after checking the record
+        headers of tensors ``indices`` over the mapped pages (and their
+        hashes, with ``verify_hash``)."""
+        native = [self._native_index[i] for i in indices]
+        return self.native().map(native, verify_hash=self.verify_hash)
+
     def fill(
         self,
         indices: Sequence[int],

@@ -15,11 +15,11 @@ from .packed import Entry
 
 
 def _info(entry: Entry, uri: str) -> TensorInfo:
-    name, path, ttype, dtype, shape, _hoff, doff, _dlen = entry
+    name, path, ttype, dtype, shape, _hoff, doff, dlen = entry
     tdtype = _torch.dtype_from_name(dtype, tensor=name, uri=uri)
     tpath = tuple(path) if path is not None else None
     nbytes = _torch.nbytes(shape, tdtype)
-    return TensorInfo(name, tdtype, tuple(shape), nbytes, doff, tpath, ttype)
+    return TensorInfo(name, tdtype, tuple(shape), nbytes, doff, tpath, ttype, dlen == 0 < nbytes)
 
 
 class Index:

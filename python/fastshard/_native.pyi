@@ -14,6 +14,7 @@ from typing_extensions import Buffer, TypedDict, Unpack
 __all__ = [
     "SOURCE_OPTIONS",
     "Location",
+    "Mapping",
     "Progress",
     "Reader",
     "Slab",
@@ -150,6 +151,21 @@ class Slab:
     def __len__(self) -> int: ...
 
 @final
+class Mapping:
+    """A whole local tensor file mapped copy-on-write (``MAP_PRIVATE``),
+    made by ``Reader.map``; exported through the writable buffer protocol,
+    so ``torch.frombuffer`` views it. Writes through a view change this
+    process's copy of the page, never the file. Every view (every tensor
+    made from it) holds a reference to it: the file stays mapped while one
+    lives, and is unmapped when the last one is collected."""
+
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def uri(self) -> str: ...
+    def __len__(self) -> int: ...
+
+@final
 class Progress:
     """Bytes landed in destinations so far, added by the native loads it is
     passed to as their reads complete; read from any thread."""
@@ -179,6 +195,17 @@ class Reader:
     discovery_bytes: int  # read by the constructor (header and index)
     def __new__(cls, uri: str | Location, **opts: Unpack[_SourceOptions]) -> Reader: ...
     def entries(self) -> list[_EntryTuple]: ...
+    def map(self, indices: Sequence[int], *, verify_hash: bool = False) -> Mapping:
+        """The whole file mapped copy-on-write, once each of the tensors
+        ``indices`` has been checked over the mapped pages: its record
+        header and data lie inside the file and the header agrees with the
+        index (FormatError otherwise), and with ``verify_hash`` its CRC32
+        and SHA-256 match (IntegrityError; tensors hashed in parallel, the
+        GIL released). Tensor ``i``'s bytes are at its ``data_offset``.
+        UnsupportedError for a remote object or an encrypted file;
+        ObjectChangedError when the file's size is not the one it had
+        when this Reader opened it (the Reader's open file is mapped, so a
+        file renamed over the path since is not)."""
     def load(
         self,
         indices: Sequence[int],
@@ -231,6 +258,7 @@ def write_file(
     exact_index: bool = False,
     sha256: bool = False,
     encryption: _EncryptionTuple | None = None,
+    align: int = 1,
     **opts: Unpack[_SourceOptions],
 ) -> int | tuple[int, str]:
     """Write a tensorizer file to a local path or ``s3://bucket/key``;
@@ -245,7 +273,11 @@ def write_file(
     half a file. ``encryption`` encrypts every tensor with data as
     tensorizer does (version 3+ with the encrypted flag, 2 MiB chunks,
     SHA-256 only on encrypted records); the buffers are not modified (a
-    copy of one tensor at a time is sealed)."""
+    copy of one tensor at a time is sealed). ``align`` (a power of two up
+    to 4096; not with ``encryption``) starts every tensor's data at a
+    multiple of that many bytes, with zero slack at the end of its record
+    header, which tensorizer's reader skips (and hashes); 1 is tensorizer's
+    layout."""
 
 def read_object(
     uri: str | Location, *, max_bytes: int = 16 << 20, **opts: Unpack[_SourceOptions]

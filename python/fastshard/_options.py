@@ -53,6 +53,7 @@ class LoadOptions(TypedDict, total=False):
     throughput_target_gbps: float | None
     encryption: EncryptionKey | None
     progress: bool | None
+    mmap: bool
 
 
 class OpenOptions(SourceOptions, LoadOptions, total=False):
@@ -63,6 +64,7 @@ class SaveOptions(SourceOptions, total=False):
     """The options of ``fastshard.save`` and ``save_sharded``."""
 
     encryption: EncryptionKey | None
+    align: int | None
 
 
 SOURCE = frozenset(_native.SOURCE_OPTIONS)
@@ -82,6 +84,9 @@ class OpenSettings:
     native: dict[str, Any] = field(default_factory=dict)
     budget: Budget = Budget()
     progress: bool | None = None
+    # load_state_dict returns views of the file mapped copy-on-write
+    # (``_mapped``) instead of copies in private memory.
+    mmap: bool = False
 
     @property
     def verify_hash(self) -> bool:
@@ -115,7 +120,7 @@ def open_settings(opts: Mapping[str, Any]) -> OpenSettings:
     for key, value in opts.items():
         if key in _NATIVE_LOAD:
             native[key] = value
-        elif key not in SOURCE and key not in ("max_host_bytes", "progress"):
+        elif key not in SOURCE and key not in ("max_host_bytes", "progress", "mmap"):
             raise InvalidArgumentError(f"unknown option {key!r}")
     if "verify_hash" in native:
         native["verify_hash"] = bool(native["verify_hash"])
@@ -124,13 +129,17 @@ def open_settings(opts: Mapping[str, Any]) -> OpenSettings:
     source = source_options(opts)
     progress = opts.get("progress")
     _progress.wanted(progress, 0)  # a bad value fails now, not after the open
-    return OpenSettings(source, native, Budget(opts.get("max_host_bytes")), progress)
+    mmap = opts.get("mmap", False)
+    if not isinstance(mmap, bool):
+        raise InvalidArgumentError(f"mmap must be True or False, not {mmap!r}")
+    return OpenSettings(source, native, Budget(opts.get("max_host_bytes")), progress, mmap)
 
 
 def save_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
     """Check the options of a save; the native ``write_file`` options."""
     rest = dict(opts)
     encryption = native_key(rest.pop("encryption", None))
+    align = rest.pop("align", None)
     for key in rest:
         if key == "progress":
             raise UnsupportedError("save shows no progress bar yet: progress is a load option")
@@ -139,10 +148,14 @@ def save_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
     out = source_options(rest)
     if encryption is not None:
         out["encryption"] = encryption
+    if align is not None:
+        if not isinstance(align, int) or isinstance(align, bool):
+            raise InvalidArgumentError(f"align must be a number of bytes, not {align!r}")
+        out["align"] = align  # the native writer checks the value
     return out
 
 
 def without_key(native: Mapping[str, Any]) -> dict[str, Any]:
     """Save options for objects that are not tensor files (the manifest):
-    the encryption key is only for tensor files."""
-    return {k: v for k, v in native.items() if k != "encryption"}
+    the encryption key and the alignment are only for tensor files."""
+    return {k: v for k, v in native.items() if k not in ("encryption", "align")}

@@ -26,7 +26,9 @@ class TensorInfo:
     """What the index says about one tensor. ``nbytes`` is its size in memory
     (meta tensors store no bytes but load as zeros of this size); ``offset`` is
     the absolute file offset of its data; ``path`` is set for nested
-    (0x1E path) names; ``tensor_type`` is 0 param, 1 buffer, 2 state dict."""
+    (0x1E path) names; ``tensor_type`` is 0 param, 1 buffer, 2 state dict;
+    ``meta`` is set for a tensor written from the meta device (no bytes
+    stored)."""
 
     name: str
     dtype: torch.dtype
@@ -35,6 +37,7 @@ class TensorInfo:
     offset: int
     path: tuple[PathPart, ...] | None
     tensor_type: int
+    meta: bool = False
 
 
 @dataclass
@@ -50,7 +53,10 @@ class LoadStats:
     buffers); with ``max_host_bytes`` it never exceeds that budget.
     ``bytes_staged``: tensor bytes that went through the staging slabs
     (destinations on CUDA or of another dtype) rather than straight into
-    their destination. Phases: ``discovery_seconds`` (the open: header and
+    their destination. ``bytes_mapped``: tensor bytes a load with
+    ``mmap=True`` returned as views of the mapped file (nothing is fetched
+    up front: pages come in when touched; the rest was copied, see
+    ``fastshard._mapped``). Phases: ``discovery_seconds`` (the open: header and
     index), ``plan_seconds`` (matching names, slicing, allocating, until
     the first read), ``fetch_seconds`` (time in native loads) and
     ``copy_seconds`` (the calling thread copying or casting staged bytes
@@ -67,6 +73,7 @@ class LoadStats:
     peak_host_bytes: int = 0
     concurrency: int = 0
     bytes_staged: int = 0
+    bytes_mapped: int = 0
     discovery_seconds: float = 0.0
     plan_seconds: float = 0.0
     fetch_seconds: float = 0.0
@@ -95,6 +102,7 @@ class LoadStats:
         self.requests += other.requests
         self.retries += other.retries
         self.bytes_staged += other.bytes_staged
+        self.bytes_mapped += other.bytes_mapped
         self.fetch_seconds += other.fetch_seconds
         self.copy_seconds += other.copy_seconds
         self.peak_host_bytes = max(self.peak_host_bytes, other.peak_host_bytes + held)

@@ -266,11 +266,16 @@ def load(
     group (default: the world) share the fetch of a single file, each byte
     once per group, and exchange pieces over the group; every rank must call
     ``load`` with the same model and options. Options are those of
-    ``fastshard.open``.
+    ``fastshard.open`` (but ``mmap``: ``load`` copies into the model).
     """
     started = time.perf_counter()
     if not isinstance(model, torch.nn.Module):
         raise InvalidArgumentError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    if opts.get("mmap"):
+        raise InvalidArgumentError(
+            "mmap=True returns tensors that view the file (load_state_dict); fastshard.load "
+            "copies into the model's parameters"
+        )
     target = _torch.as_device(device)
     with TensorFile(
         uri,

@@ -9,7 +9,7 @@ from typing import Any, Unpack
 
 import torch
 
-from . import _dispatch, _native, _options, _torch, packed, shard, tp
+from . import _dispatch, _mapped, _native, _options, _torch, packed, shard, tp
 from ._budget import Budget
 from ._engine import Engine
 from ._index import Index
@@ -193,6 +193,10 @@ class TensorFile:
         ``cooperative=True`` (or a torch.distributed ``group``) the ranks
         fetch the file once between them and exchange the pieces (see
         ``fastshard.load``).
+
+        Opened with ``mmap=True`` (a local, unencrypted file; CPU, no
+        ``dtype``, not cooperative), the tensors view the file mapped
+        copy-on-write instead (``fastshard._mapped`` says which are views).
         """
         started = time.perf_counter()
         check_rank(rank, world_size, self.opened)
@@ -200,21 +204,41 @@ class TensorFile:
         cast = _float_cast(dtype)
         self.engine.native()
         sliced = self._check_slicing(rank, world_size, shard_specs)
+        if self.engine.mmap:
+            _mapped.check(self.uri, target, cast, cooperative or group is not None)
+            indices = self._index.select(names)
+            tensors, stats = _mapped.load(
+                self.engine, indices, self._slices(indices, sliced, rank, world_size, shard_specs)
+            )
+            result = self._index.state_dict(indices, tensors)
+            self.engine.finish(stats, started)
+            return result
         pg = _dispatch.group_for(cooperative, group, sliced, rank, world_size)
         with _dispatch.planning(pg):
             indices = self._index.select(names)
-            slices: list[tp.Slice | None] = [None] * len(indices)
-            if sliced:
-                assert world_size is not None and shard_specs is not None
-                slices = [
-                    tp.plan_slice(info.name, info.shape, None, rank or 0, world_size, shard_specs)
-                    for info in (self._index.infos[i] for i in indices)
-                ]
+            slices = self._slices(indices, sliced, rank, world_size, shard_specs)
             jobs = [self._fresh(i, sl, target, cast) for i, sl in zip(indices, slices, strict=True)]
         stats = _dispatch.load(self.engine, jobs, pg, rank, world_size)
         result = self._index.state_dict(indices, [j.dest for j in jobs])
         self.engine.finish(stats, started)
         return result
+
+    def _slices(
+        self,
+        indices: Sequence[int],
+        sliced: bool,
+        rank: int | None,
+        world_size: int | None,
+        shard_specs: tp.Specs | None,
+    ) -> list[tp.Slice | None]:
+        """Each selected tensor's tensor-parallel slice (None: whole)."""
+        if not sliced:
+            return [None] * len(indices)
+        assert world_size is not None and shard_specs is not None
+        return [
+            tp.plan_slice(info.name, info.shape, None, rank or 0, world_size, shard_specs)
+            for info in (self._index.infos[i] for i in indices)
+        ]
 
     def _check_slicing(
         self, rank: int | None, world_size: int | None, shard_specs: tp.Specs | None
@@ -293,7 +317,12 @@ def open(  # noqa: A001
     bar: True, False, or None for big loads on a terminal), ``encryption``
     (a ``fastshard.EncryptionKey``, needed for files tensorizer or fastshard
     encrypted; a wrong key or modified data raises IntegrityError and
-    returns nothing).
+    returns nothing), ``mmap`` (``load_state_dict`` of a local file returns
+    tensors that view the file mapped copy-on-write, as safetensors'
+    ``load_file`` does, instead of copies: nothing is read up front, pages
+    come from the page cache when touched, writes stay private; CPU only, no
+    ``dtype`` cast, not encrypted; the checks and ``verify_hash`` run over
+    the mapped pages; see ``fastshard._mapped`` for what is a view).
 
     Source options (S3 and HTTP): ``s3_endpoint``, ``s3_access_key_id`` and
     ``s3_secret_access_key`` (both or neither), ``s3_session_token``,

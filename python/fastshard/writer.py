@@ -81,7 +81,13 @@ def save(
     ``s3_region``, ``max_attempts``, ...), and ``encryption`` (a
     ``fastshard.EncryptionKey``: every tensor with data is encrypted as
     tensorizer's ``TensorSerializer(encryption=...)`` does; tensorizer reads
-    the file with the same key or passphrase).
+    the file with the same key or passphrase), and ``align`` (a power of
+    two up to 4096: every tensor's data starts at a multiple of this many
+    bytes, padded inside its record header, which tensorizer reads; the
+    bytes then differ from tensorizer's. ``load_state_dict(mmap=True)``
+    views a tensor in place only when its data is aligned to its element
+    size, which tensorizer's own layout leaves to chance: 64 makes every
+    tensor a view. Not with ``encryption``).
     """
     native_opts = _options.save_settings(opts)
     entries = _entries(state_dict_or_module)

@@ -40,6 +40,10 @@ pub struct RecordLayout {
     /// In encrypted files: the crypt info to write, with the right number
     /// of MACs but zero nonce and MACs until the data is sealed.
     pub crypt: Option<CryptInfo>,
+    /// Zero bytes before the header's trailing data_length that put the
+    /// data on the file's alignment (0 in tensorizer's own layout); readers
+    /// skip them, tensorizer hashes them with the rest of the header.
+    pub slack: u64,
 }
 
 /// Field sizes of one tensor, checked against the format's limits.
@@ -194,6 +198,7 @@ pub fn record_header(spec: &WriteSpec, rec: &RecordLayout, data: &[u8]) -> Vec<u
     let sha_at = h.len();
     h.extend_from_slice(&[0; 32]);
     let crypt_at = h.len();
+    h.resize(h.len() + usize::try_from(rec.slack).unwrap_or(0), 0);
     h.extend_from_slice(
         &i64::try_from(rec.data_length)
             .unwrap_or(i64::MAX)

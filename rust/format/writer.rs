@@ -1,7 +1,10 @@
-//! Writes tensorizer files. In [`IndexMode::Tensorizer`] the output is byte
-//! for byte what tensorizer 2.12.1 writes for the same unencrypted tensors
-//! (fixed 256 KiB index, no slack, same version rules), so files can be
-//! compared against Python-written goldens. Layout is planned first and
+//! Writes tensorizer files. In [`IndexMode::Tensorizer`] (and alignment 1)
+//! the output is byte for byte what tensorizer 2.12.1 writes for the same
+//! unencrypted tensors (fixed 256 KiB index, no slack, same version rules),
+//! so files can be compared against Python-written goldens. A larger
+//! alignment pads record headers (slack before their trailing data_length,
+//! which tensorizer's reader allows) so every tensor's data starts at a
+//! multiple of it: what a mapped load needs to view tensors in place. Layout is planned first and
 //! headers are pure functions, so callers may hash tensors in parallel.
 
 use std::collections::HashSet;
@@ -45,20 +48,23 @@ fn overflow() -> Error {
 }
 
 pub fn plan(specs: &[WriteSpec], mode: IndexMode) -> Result<WriteLayout> {
-    plan_with(specs, mode, None)
+    plan_with(specs, mode, None, 1)
 }
 
-/// [`plan`] for a file that may be encrypted.
+/// [`plan`] for a file that may be encrypted, and whose tensor data may
+/// start at multiples of `align` bytes (1: tensorizer's layout).
 pub fn plan_with(
     specs: &[WriteSpec],
     mode: IndexMode,
     encryption: Option<&WriteCrypt>,
+    align: u64,
 ) -> Result<WriteLayout> {
     if specs.is_empty() {
         return Err(Error::invalid(
             "cannot write a tensorizer file with no tensors (readers reject an empty index)",
         ));
     }
+    check_align(align, encryption.is_some())?;
     let sized = specs.iter().map(size_spec).collect::<Result<Vec<_>>>()?;
     check_unique_names(specs)?;
     let (version, versioned) = version(specs, &sized, encryption.is_some());
@@ -70,7 +76,8 @@ pub fn plan_with(
         })
         .ok_or_else(overflow)?;
     let metadata_len = metadata_len(mode, entries_len, specs.len())?;
-    let (records, tensor_size, total_len) = records(specs, &sized, metadata_len, encryption)?;
+    let (records, tensor_size, total_len) =
+        records(specs, &sized, metadata_len, encryption, align)?;
     let region_len = usize::try_from(metadata_len).map_err(|_| overflow())?;
     let mut index_region = Vec::with_capacity(region_len);
     for ((spec, s), rec) in specs.iter().zip(&sized).zip(&records) {
@@ -144,11 +151,31 @@ fn metadata_len(mode: IndexMode, entries_len: u64, count: usize) -> Result<u64> 
 
 /// Where each record goes after an index of `metadata_len` bytes; also the
 /// tensor bytes in all and the file's length.
+/// Most alignment a writer may ask for: a page, which is what a mapping of
+/// the file aligns (`load_state_dict(mmap=True)` views aligned tensors).
+pub const MAX_ALIGN: u64 = 4096;
+
+fn check_align(align: u64, encrypted: bool) -> Result<()> {
+    if !align.is_power_of_two() || align > MAX_ALIGN {
+        return Err(Error::invalid(format!(
+            "align must be a power of two from 1 to {MAX_ALIGN} bytes, not {align}"
+        )));
+    }
+    if align > 1 && encrypted {
+        return Err(Error::invalid(
+            "align is for plain files, which load_state_dict(mmap=True) maps; an encrypted \
+             file is never mapped",
+        ));
+    }
+    Ok(())
+}
+
 fn records(
     specs: &[WriteSpec],
     sized: &[Sized],
     metadata_len: u64,
     encryption: Option<&WriteCrypt>,
+    align: u64,
 ) -> Result<(Vec<RecordLayout>, u64, u64)> {
     let mut offset = (PREAMBLE_LEN as u64)
         .checked_add(metadata_len)
@@ -157,8 +184,17 @@ fn records(
     let mut tensor_size = 0u64;
     for (spec, s) in specs.iter().zip(sized) {
         let crypt = encryption.map(|e| e.placeholder(s.data_length));
-        let header_len = header_len(spec, s, crypt.as_ref());
-        let data_offset = offset.checked_add(header_len).ok_or_else(overflow)?;
+        let natural = header_len(spec, s, crypt.as_ref());
+        let data_at = offset.checked_add(natural).ok_or_else(overflow)?;
+        // Slack in the header moves the data to the next multiple of
+        // `align` (nothing to align without data).
+        let slack = if s.data_length == 0 {
+            0
+        } else {
+            data_at.wrapping_neg() & (align - 1)
+        };
+        let header_len = natural + slack;
+        let data_offset = data_at.checked_add(slack).ok_or_else(overflow)?;
         records.push(RecordLayout {
             header_offset: offset,
             header_len,
@@ -166,6 +202,7 @@ fn records(
             data_length: s.data_length,
             long_dims: s.long,
             crypt,
+            slack,
         });
         offset = data_offset
             .checked_add(s.data_length)

@@ -300,3 +300,66 @@ fn record_header_is_thread_safe_and_deterministic() {
     });
     assert!(hs.iter().all(|h| *h == one));
 }
+
+#[test]
+fn aligned_data_reads_back_with_slack_in_the_headers() {
+    let specs = [
+        sd("a", "float16", &[3, 5]),
+        sd("odd_name_x", "float32", &[7]),
+        meta(sd("m", "float64", &[4])),
+        sd("empty", "int64", &[0]),
+        sd("c", "complex128", &[2]),
+    ];
+    let data: Vec<Vec<u8>> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let n = if s.is_meta {
+                0
+            } else {
+                s.shape.iter().product::<u64>() as usize * s.dtype.itemsize()
+            };
+            (0..n).map(|j| (j * 13 + i) as u8).collect()
+        })
+        .collect();
+    let plain = plan(&specs, IndexMode::Exact).unwrap();
+    for align in [1, 2, 64, 4096] {
+        let layout = plan_with(&specs, IndexMode::Exact, None, align).unwrap();
+        let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let mut file = Vec::new();
+        write_all(&mut file, &specs, &layout, &refs).unwrap();
+        assert_eq!(file.len() as u64, layout.total_len);
+        read_back(&file, &specs, &data, &layout);
+        for (rec, natural) in layout.records.iter().zip(&plain.records) {
+            if rec.data_length > 0 {
+                assert_eq!(rec.data_offset % align, 0, "align {align}");
+            }
+            assert!(rec.slack < align);
+            assert_eq!(rec.header_len, natural.header_len + rec.slack);
+        }
+    }
+    // Alignment 1 is tensorizer's layout, byte for byte.
+    assert_eq!(
+        plan_with(&specs, IndexMode::Exact, None, 1)
+            .unwrap()
+            .records,
+        plain.records
+    );
+}
+
+#[test]
+fn align_must_be_a_power_of_two_up_to_a_page_and_not_encrypted() {
+    let specs = [sd("a", "uint8", &[3])];
+    for bad in [0, 3, 8192] {
+        let e = plan_with(&specs, IndexMode::Exact, None, bad).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert!(e.message().contains("power of two"), "{e}");
+    }
+    let crypt = crate::format::crypt::WriteCrypt {
+        chunk_size: crate::format::crypt::CHUNK_SIZE,
+        kdf: None,
+    };
+    let e = plan_with(&specs, IndexMode::Exact, Some(&crypt), 64).unwrap_err();
+    assert!(e.message().contains("encrypted"), "{e}");
+    assert!(plan_with(&specs, IndexMode::Exact, Some(&crypt), 1).is_ok());
+}

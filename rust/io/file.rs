@@ -227,6 +227,12 @@ impl RangeSource for FileSource {
             Ok(buf)
         })
     }
+
+    /// The file that was opened (and indexed), so a mapping of it is of the
+    /// same file even if its path has been replaced since.
+    fn local_file(&self) -> Option<&File> {
+        Some(&self.file)
+    }
 }
 
 #[cfg(test)]

@@ -137,6 +137,12 @@ pub trait RangeSource: PartSource {
         len: u64,
         cancel: &'a CancelToken,
     ) -> BoxFuture<'a, Result<Vec<u8>>>;
+
+    /// The open local file behind this source, for a load that maps it
+    /// rather than reads it (`session::mapped`); `None` for remote objects.
+    fn local_file(&self) -> Option<&std::fs::File> {
+        None
+    }
 }
 
 /// How to reach a source: S3 settings and the retry policy for network

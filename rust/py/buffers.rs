@@ -1,8 +1,15 @@
 //! Python buffers as raw byte regions. A `PyBuffer` keeps its exporter's
 //! memory alive and pinned in place until it is dropped, so holding the
 //! `PyBuffer`s for the whole native call is what makes the raw pointers valid.
+//! And the other way round: Rust-owned memory exported to Python (`Slab`,
+//! `Mapping`) through the buffer protocol (`export`).
+
+use std::ffi::{c_int, c_void};
+use std::ptr;
 
 use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyBufferError;
+use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::error::Error;
@@ -62,3 +69,54 @@ impl Regions {
 unsafe impl Send for Regions {}
 // SAFETY: as above; shared access only hands out the pointers.
 unsafe impl Sync for Regions {}
+
+/// Fills `view` (CPython's `__getbuffer__` request) with `len` writable
+/// bytes at `buf`, one-dimensional, owned by `owner`: the view holds a
+/// strong reference to it, so the memory outlives every view (torch keeps
+/// that reference for as long as a tensor made by `frombuffer` lives).
+///
+/// # Safety
+/// `view` is the `Py_buffer` CPython handed to `__getbuffer__`; `buf` is
+/// valid for reads and writes of `len` bytes for as long as `owner` lives.
+pub unsafe fn export(
+    owner: Bound<'_, PyAny>,
+    view: *mut ffi::Py_buffer,
+    flags: c_int,
+    buf: *mut u8,
+    len: usize,
+) -> PyResult<()> {
+    if view.is_null() {
+        return Err(PyBufferError::new_err("null Py_buffer"));
+    }
+    // SAFETY: `view` is non-null and CPython hands it to us to fill. `obj`
+    // takes a strong reference to the owner, so the memory outlives the
+    // view (the caller's promise ties the memory to the owner).
+    // `shape`/`strides` point into the view itself, as CPython's own
+    // PyBuffer_FillInfo does.
+    unsafe {
+        (*view).obj = owner.into_ptr();
+        (*view).buf = buf.cast::<c_void>();
+        (*view).len = len as isize;
+        (*view).readonly = 0;
+        (*view).itemsize = 1;
+        (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
+            c"B".as_ptr().cast_mut()
+        } else {
+            ptr::null_mut()
+        };
+        (*view).ndim = 1;
+        (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
+            &mut (*view).len
+        } else {
+            ptr::null_mut()
+        };
+        (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
+            &mut (*view).itemsize
+        } else {
+            ptr::null_mut()
+        };
+        (*view).suboffsets = ptr::null_mut();
+        (*view).internal = ptr::null_mut();
+    }
+    Ok(())
+}

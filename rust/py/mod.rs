@@ -5,6 +5,7 @@ mod crypt;
 mod errors;
 mod gil;
 mod location;
+mod mapped;
 mod objects;
 mod options;
 mod progress;
@@ -21,6 +22,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reader::Reader>()?;
     m.add_class::<location::PyLocation>()?;
     m.add_class::<slab::Slab>()?;
+    m.add_class::<mapped::Mapping>()?;
     m.add_class::<progress::Progress>()?;
     m.add_function(wrap_pyfunction!(writer::write_file, m)?)?;
     m.add_function(wrap_pyfunction!(dtype_itemsize, m)?)?;

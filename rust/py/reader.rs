@@ -8,6 +8,7 @@ use super::buffers::{Held, Regions};
 use super::errors::to_py;
 use super::gil::run_blocking;
 use super::location::location_arg;
+use super::mapped::Mapping;
 use super::options;
 use crate::cancel::CancelToken;
 use crate::error::Error;
@@ -101,6 +102,17 @@ impl Reader {
             list.append(item)?;
         }
         Ok(list)
+    }
+
+    /// Maps the file copy-on-write and checks the tensors `indices` over
+    /// the mapped pages (see `_native.pyi`).
+    #[pyo3(signature = (indices, *, verify_hash=false))]
+    fn map(&self, py: Python<'_>, indices: Vec<usize>, verify_hash: bool) -> PyResult<Mapping> {
+        let cancel = CancelToken::new();
+        let file = &self.file;
+        let mapped = run_blocking(py, &cancel, || file.map(&indices, verify_hash, &cancel))?
+            .map_err(to_py)?;
+        Ok(Mapping::new(mapped, file.uri()))
     }
 
     #[pyo3(signature = (indices, buffers, *, slices=None, verify_hash=false, concurrency=None, throughput_target_gbps=None, part_size_bytes=None, max_host_bytes=None, encryption=None, progress=None))]

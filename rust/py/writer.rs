@@ -17,7 +17,7 @@ use crate::format::{Dtype, TensorType};
 use crate::save::{SaveEncryption, SaveOptions};
 
 #[pyfunction]
-#[pyo3(signature = (path, specs, buffers, *, exact_index=false, sha256=false, encryption=None, **opts))]
+#[pyo3(signature = (path, specs, buffers, *, exact_index=false, sha256=false, encryption=None, align=1, **opts))]
 #[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
 pub fn write_file<'py>(
     py: Python<'py>,
@@ -27,6 +27,7 @@ pub fn write_file<'py>(
     exact_index: bool,
     sha256: bool,
     encryption: Option<Bound<'py, PyAny>>,
+    align: u64,
     opts: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let loc = location_arg(path)?;
@@ -70,6 +71,7 @@ pub fn write_file<'py>(
             mode,
             sha256,
             encryption: enc.as_ref(),
+            align,
         };
         crate::save::write_file_with(&loc, &specs, &data, &how, &source_opts, &cancel)
     });

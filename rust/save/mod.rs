@@ -60,6 +60,9 @@ pub struct SaveOptions<'a> {
     /// Encrypt every tensor that has data (tensorizer's layout: 2 MiB
     /// chunks, a random nonce per tensor).
     pub encryption: Option<&'a SaveEncryption>,
+    /// Tensor data at multiples of this many bytes (1: tensorizer's own
+    /// layout, byte for byte); see `writer::plan_with`.
+    pub align: u64,
 }
 
 impl SaveOptions<'_> {
@@ -68,6 +71,7 @@ impl SaveOptions<'_> {
             mode,
             sha256: false,
             encryption: None,
+            align: 1,
         }
     }
 }
@@ -149,7 +153,7 @@ fn prepare<'a>(
         chunk_size: crypt::CHUNK_SIZE,
         kdf: e.kdf.clone(),
     });
-    let layout = writer::plan_with(specs, how.mode, crypt_plan.as_ref())?;
+    let layout = writer::plan_with(specs, how.mode, crypt_plan.as_ref(), how.align)?;
     for (i, (rec, bytes)) in layout.records.iter().zip(data).enumerate() {
         if rec.data_length != bytes.len() as u64 {
             return Err(Error::invalid(format!(

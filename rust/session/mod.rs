@@ -4,6 +4,9 @@
 mod check;
 mod discover;
 mod load;
+mod mapped;
+
+pub use mapped::MappedFile;
 
 use std::sync::Arc;
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import loaders, raw
+from . import loaders
 
 SPEC_ENV = "FASTSHARD_BENCH_SPEC"
 
@@ -100,8 +100,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("no_thp"):
         _disable_thp()
     loaders.prepare(loader)
-    if loader == "ceiling":
-        spec["_buf"] = raw.buffer(spec)
+    loaders.setup(spec)
     if spec.get("cooperative"):
         _join_group(spec)
     if spec.get("barrier"):
@@ -128,6 +127,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         "peak_rss_bytes": peak,
         "peak_is_load_only": reset,
         "process_max_rss_bytes": max(peak, hwm_before),
+        "returns": loaders.returns(spec),
         **extra,
     }
     if spec.get("cooperative"):

@@ -21,6 +21,7 @@ EXTRA = "pip install 'fastshard[bench]'"
 PEER_MODULES = {
     "tensorizer": "tensorizer",
     "safetensors": "safetensors",
+    "safetensors-mmap": "safetensors",
     "runai": "runai_model_streamer",
 }
 # Modules outside the extra, and how to get them.

@@ -33,7 +33,8 @@ def draw(
             if rec:
                 xs.append(j + i * width)
                 ys.append(rec["gbps_median"])
-        ax.bar(xs, ys, width, label=loader)
+        kind = next((r["returns"] for r in recs if r["loader"] == loader), "fresh")
+        ax.bar(xs, ys, width, label=f"{loader} ({kind})")
     ax.set_xticks([j + width * (len(loaders) - 1) / 2 for j in range(len(sources))], sources)
     ax.set_ylabel("GB/s (median)")
     ax.set_title(f"Load throughput per loader and source\n{title}", fontsize=9)

@@ -15,6 +15,12 @@ from .measure import Results, measured
 
 PEERS = ("ceiling", "tensorizer", "runai", "safetensors", "torch")
 MiB = 1 << 20
+# What a loader returns (loaders.RETURNS), in table order, and for each kind
+# the fastshard row and the raw client row that the kind's rows are compared
+# with: like with like, never across kinds.
+KINDS = ("warm", "fresh", "mapped", "device", "none")
+SUBJECTS = {"warm": "fastshard-warm", "fresh": "fastshard", "mapped": "fastshard-mmap"}
+RAW_OF = {"warm": "ceiling", "fresh": "ceiling-fresh"}
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float | None:
@@ -50,6 +56,7 @@ def record(source: str, loader: str, runs: list[dict[str, Any]]) -> dict[str, An
         "server_cpu_s_per_gb": _per_gb(counted, "server_cpu_seconds"),
         "requests": _median(counted, "requests"),
         "concurrency": _median(counted, "concurrency"),
+        "returns": counted[0].get("returns", "fresh"),
         "verified": all(r["verified"] for r in runs),
     }
 
@@ -63,42 +70,67 @@ def _cell(x: float | None, fmt: str = "{:.2f}") -> str:
 
 
 def table(recs: list[dict[str, Any]], subject: str = "fastshard") -> str:
-    """Markdown: per source, each loader's GB/s and its ratio to the
-    ceiling, memory, bytes fetched and CPU per GB; then ``subject``'s ratio
-    to each peer."""
+    """Markdown: per source, each loader's GB/s, what it returns, its ratio
+    to the raw client that returns the same kind of memory, memory, bytes
+    fetched and CPU per GB; then, per kind, fastshard's row against the
+    others of that kind (``subject`` names the fresh one)."""
     lines = [
-        "| source | loader | GB/s median (min–max) | × ceiling | peak RSS MiB | RSS growth MiB "
-        "| staging MiB | fetched MiB | client CPU s/GB | ok |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| source | loader | returns | GB/s median (min–max) | × raw, same memory | peak RSS MiB "
+        "| RSS growth MiB | staging MiB | fetched MiB | client CPU s/GB | ok |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     ratios: list[str] = []
+    order = {k: i for i, k in enumerate(KINDS)}
     for source in sorted({r["source"] for r in recs}):
         rows = [r for r in recs if r["source"] == source]
         by = {r["loader"]: r for r in rows}
-        ceiling = by.get("ceiling", {}).get("gbps_median")
-        for r in sorted(rows, key=lambda r: -r["gbps_median"]):
-            vs = r["gbps_median"] / ceiling if ceiling else None
+        for r in sorted(rows, key=lambda r: (order.get(r["returns"], 9), -r["gbps_median"])):
+            raw = by.get(RAW_OF.get(r["returns"], ""), {}).get("gbps_median")
+            vs = r["gbps_median"] / raw if raw else None
             lines.append(
-                f"| {source} | {r['loader']} | {r['gbps_median']:.2f} "
+                f"| {source} | {r['loader']} | {r['returns']} | {r['gbps_median']:.2f} "
                 f"({r['gbps_min']:.2f}–{r['gbps_max']:.2f}) | {_cell(vs)} | "
                 f"{r['peak_rss_bytes'] / MiB:.0f} | {r['rss_growth_bytes'] / MiB:.0f} | "
                 f"{r['staging_peak_bytes'] / MiB:.0f} | {r['bytes_fetched'] / MiB:.0f} | "
                 f"{_cell(r['client_cpu_s_per_gb'])} | {'yes' if r['verified'] else 'NO'} |"
             )
-        if subject in by:
-            ratios.append(f"- {source}: {subject} = {ratio_text(by, subject)}")
-    return "\n".join(lines + [""] + ratios)
-
-
-def ratio_text(by: dict[str, dict[str, Any]], subject: str) -> str:
-    """``0.72× ceiling, 1.42× tensorizer, ...``: ``subject``'s median over
-    each peer's."""
-    fs = by[subject]["gbps_median"]
-    return ", ".join(
-        f"{fs / by[p]['gbps_median']:.2f}× {p}"
-        for p in PEERS
-        if p in by and by[p]["gbps_median"] > 0
+        ratios += [f"- {source}: {text}" for text in comparisons(rows, subject)]
+    legend = (
+        "returns: warm = into private memory already written (a model's parameters, a "
+        "pre-faulted buffer); fresh = copied into new private memory (its first-touch page "
+        "faults included); mapped = views of the file's page cache (copy-on-write), every "
+        "page touched; none = bytes discarded. Ratios compare rows of one kind only."
     )
+    return "\n".join(lines + ["", *ratios, "", legend])
+
+
+def comparisons(rows: list[dict[str, Any]], subject: str = "fastshard") -> list[str]:
+    """Per kind of memory, fastshard's row against every other row of that
+    kind, and its client CPU per GB against the raw client's of that kind:
+    ``fresh: fastshard = 0.72× ceiling-fresh, 1.42× tensorizer; client CPU
+    1.05× ceiling-fresh``."""
+    out = []
+    for kind in KINDS:
+        name = subject if kind == "fresh" else SUBJECTS.get(kind)
+        same = {r["loader"]: r for r in rows if r["returns"] == kind}
+        if name not in same:
+            continue
+        mine = same[name]
+        others = [r for n, r in same.items() if n != name and "-tp" not in n]
+        if not others:
+            continue
+        others.sort(key=lambda r: (r["loader"] != RAW_OF.get(kind), -r["gbps_median"]))
+        text = f"{kind}: {name} = " + ", ".join(
+            f"{mine['gbps_median'] / r['gbps_median']:.2f}× {r['loader']}"
+            for r in others
+            if r["gbps_median"] > 0
+        )
+        raw = same.get(RAW_OF.get(kind, ""))
+        if raw and raw["client_cpu_s_per_gb"] and mine["client_cpu_s_per_gb"] is not None:
+            cpu = mine["client_cpu_s_per_gb"] / raw["client_cpu_s_per_gb"]
+            text += f"; client CPU {cpu:.2f}× {raw['loader']}"
+        out.append(text)
+    return out
 
 
 def verdict(label: str, have: float, ref: float, want: float) -> tuple[str, bool]:

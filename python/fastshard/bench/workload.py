@@ -163,6 +163,10 @@ FILENAMES = {
 }
 
 
+# The fastshard object's tensor alignment (fastshard.save's ``align``).
+ALIGN = 64
+
+
 @dataclass
 class Objects:
     """One state dict written as files: format → path, and who wrote each."""
@@ -190,8 +194,10 @@ def _write_tensorizer(sd: StateDict, path: Path) -> str:
 def _write_fastshard(sd: StateDict, path: Path) -> str:
     import fastshard
 
-    fastshard.save(sd, path)
-    return "fastshard.save"
+    # Aligned, as safetensors' format is, so a mapped load (fastshard-mmap)
+    # views every tensor in place; every other reader reads it as any file.
+    fastshard.save(sd, path, align=ALIGN)
+    return f"fastshard.save(align={ALIGN})"
 
 
 def _write_safetensors(sd: StateDict, path: Path) -> str:

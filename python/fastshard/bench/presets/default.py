@@ -3,14 +3,22 @@ ceiling of each source and against tensorizer, Run:ai Model Streamer,
 safetensors and torch.load, on the same tensors.
 
 Without ``--uri`` it writes a seeded workload as a tensorizer object (by
-tensorizer), a fastshard object, a safetensors object and a torch file,
+tensorizer), a fastshard object (aligned: ``fastshard.save(align=64)``, as
+safetensors aligns its tensors), a safetensors object and a torch file,
 starts SeaweedFS (S3) and nginx (HTTP) on 127.0.0.1 as needed, and stops
 them when done. Every load runs in a fresh process; one warm-up round
 precedes ``--repeat`` measured rounds whose order alternates, and every
-round checks each loader's data against the source. Memory is touched fresh
-in every process, as it is when a server starts: the numbers include
-first-touch page faults, except the ceiling's, whose buffer is pre-faulted
-(the transfer alone).
+round checks each loader's data against the source.
+
+Every source is measured two ways, each against a raw client writing into
+the same kind of memory in the same run (loaders.py says what each row
+returns): warm, ``fastshard.load(model, uri)`` into parameters already
+written, against the raw client reading into a pre-faulted buffer
+(``ceiling``); fresh, ``load_state_dict`` into new memory, against the raw
+client reading into new memory (``ceiling-fresh``) and the peers, which all
+return new tensors (safetensors: ``load_file`` + ``clone``). Local files are
+also loaded mapped: ``load_state_dict(mmap=True)`` against safetensors'
+mapped ``load_file``, every page touched.
 
 Needs the 'bench' extra (pip install 'fastshard[bench]'), checked before
 anything runs; a peer or server program that is missing is skipped with the
@@ -29,10 +37,21 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .. import deps, machine, measure, report, sources
+from .. import deps, loaders, machine, measure, report, sources
 from ..params import SHAPES, names, size_arg
 
-LOADERS = ("ceiling", "fastshard", "tensorizer", "runai", "safetensors", "torch")
+LOADERS = (
+    "ceiling",
+    "ceiling-fresh",
+    "fastshard",
+    "fastshard-warm",
+    "fastshard-mmap",
+    "tensorizer",
+    "runai",
+    "safetensors",
+    "safetensors-mmap",
+    "torch",
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,7 +82,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--uri",
         default=None,
         help="benchmark this tensorizer object instead (s3://, http(s):// or a path; "
-        "credentials from the environment); loaders: fastshard, tensorizer, ceiling",
+        "credentials from the environment); loaders: fastshard (warm, fresh, mapped), "
+        "tensorizer, ceiling (warm, fresh)",
     )
     p.add_argument(
         "--loaders",
@@ -90,11 +110,12 @@ def _cases(
     out: list[measure.Case] = []
     for src in srcs:
         for loader in wanted:
-            if loader not in src.where:
+            base = loaders.SAME_SOURCE.get(loader, loader)
+            if base not in src.where or (loader in loaders.LOCAL_ONLY and src.name != "file"):
                 continue
-            spec = {"loader": loader, "source": src.name, **src.where[loader]}
-            want = expect.get("ceiling" if loader == "ceiling" else "tensors")
-            case = measure.Case(src.name, loader, spec, want, src.env.get(loader, {}))
+            spec = {"loader": loader, "source": src.name, **src.where[base]}
+            want = expect.get("ceiling" if loader in loaders.RAW else "tensors")
+            case = measure.Case(src.name, loader, spec, want, src.env.get(base, {}))
             case.server_pid = src.server_pid
             out.append(case)
         if ws > 1 and "fastshard" in src.where and "fastshard" in wanted:
@@ -188,7 +209,9 @@ def _measure(
         values = [int(x) for x in args.sweep.split(",") if x.strip()]
         sweep = _sweep(remote[0], values, print) if values and remote else ({}, [])
     if args.uri:  # no reference data: the loaders must agree with each other
-        got = {r["digest"] for (_, n), runs in results.items() if n != "ceiling" for r in runs}
+        got = {
+            r["digest"] for (_, n), runs in results.items() if n not in loaders.RAW for r in runs
+        }
         for runs in results.values():
             for r in runs:
                 r["verified"] = len(got) <= 1

@@ -24,21 +24,36 @@ def _fmt(x: float | None, fmt: str = "{:.2f}") -> str:
     return "–" if x is None else fmt.format(x)
 
 
+# The fastshard row each kind of memory is compared within (loaders.RETURNS),
+# and the label prefix of the raw client that writes into that kind.
+SUBJECT = {"warm": "fastshard-warm", "fresh": "fastshard"}
+RAW = {"warm": "ceiling-python", "fresh": "fresh-python"}
+
+
 def source_table(rows: dict[str, dict[str, Any]]) -> str:
-    fs = rows["fastshard"]["gbps_median"]
+    """Every row with what it returns and the ratio of the fastshard row
+    that returns the same kind of memory to it (none for curl, which keeps
+    no bytes)."""
     lines = [
-        "| loader | median GB/s | min–max | fastshard ÷ it | requests | client CPU s/GB "
-        "| server CPU s/GB | data equal |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| loader | returns | median GB/s | min–max | fastshard (same memory) ÷ it | requests "
+        "| client CPU s/GB | server CPU s/GB | data equal |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for name, r in sorted(rows.items(), key=lambda kv: -kv[1]["gbps_median"]):
+    order = {k: i for i, k in enumerate(report.KINDS)}
+    ranked = sorted(
+        rows.items(), key=lambda kv: (order.get(kv[1]["returns"], 9), -kv[1]["gbps_median"])
+    )
+    for name, r in ranked:
         check = "yes" if r["verified"] else "NO"
         if name.startswith("ceiling-curl") and r["verified"]:
             check = "bytes only"
+        mine = rows.get(SUBJECT.get(r["returns"], ""))
+        vs = mine["gbps_median"] / r["gbps_median"] if mine and r["gbps_median"] else None
         lines.append(
-            f"| {name} | {r['gbps_median']:.2f} | {r['gbps_min']:.2f}–{r['gbps_max']:.2f} "
-            f"| {fs / r['gbps_median']:.2f}× | {_fmt(r['requests'], '{:.0f}')} "
-            f"| {_fmt(r['client_cpu_s_per_gb'])} | {_fmt(r['server_cpu_s_per_gb'])} | {check} |"
+            f"| {name} | {r['returns']} | {r['gbps_median']:.2f} "
+            f"| {r['gbps_min']:.2f}–{r['gbps_max']:.2f} | {_fmt(vs, '{:.2f}×')} "
+            f"| {_fmt(r['requests'], '{:.0f}')} | {_fmt(r['client_cpu_s_per_gb'])} "
+            f"| {_fmt(r['server_cpu_s_per_gb'])} | {check} |"
         )
     return "\n".join(lines)
 
@@ -46,26 +61,50 @@ def source_table(rows: dict[str, dict[str, Any]]) -> str:
 def targets(
     by: dict[str, dict[str, dict[str, Any]]], want: dict[str, float]
 ) -> tuple[list[tuple[str, bool]], list[str]]:
-    """(the target verdicts, INFO lines against raw clients into fresh memory)."""
+    """(the target verdicts, INFO lines): per source and kind of memory,
+    fastshard against the best raw client into that memory, in GB/s and in
+    client CPU per GB; the fresh row against tensorizer and Run:ai."""
     verdicts, info = [], []
     for source, rows in by.items():
-        fs = rows["fastshard"]["gbps_median"]
-        refs = [("ceiling-", "http-ceiling" if source == "http" else "ceiling")]
-        if source == "s3":
-            refs += [("tensorizer", "tensorizer"), ("runai", "runai")]
-        for prefix, key in refs:
-            found = _best(rows, prefix)
-            if found:
+        for kind, subject in SUBJECT.items():
+            mine, found = rows.get(subject), _best(rows, RAW[kind])
+            if mine is None or found is None:
+                continue
+            name, ref = found
+            label = f"[{source}] {subject} >= {want[kind]}x {name}"
+            verdicts.append(
+                report.verdict(label, mine["gbps_median"], ref["gbps_median"], want[kind])
+            )
+            cpu, ref_cpu = mine["client_cpu_s_per_gb"], ref["client_cpu_s_per_gb"]
+            if cpu is not None and ref_cpu:
+                verdicts.append(
+                    (
+                        f"[{source}] {subject} client CPU {cpu:.2f} s/GB <= {want['cpu']}x "
+                        f"{name}'s {ref_cpu:.2f} = {cpu / ref_cpu:.2f}×",
+                        cpu <= want["cpu"] * ref_cpu,
+                    )
+                )
+        fs = rows.get("fastshard")
+        for peer in ("tensorizer", "runai"):
+            found = _best(rows, peer)
+            if fs is not None and found is not None:
                 name, ref = found
-                label = f"[{source}] fastshard >= {want[key]}x {name}"
-                verdicts.append(report.verdict(label, fs, ref["gbps_median"], want[key]))
-        verdicts.append(
-            (f"[{source}] fastshard data equal to the source", rows["fastshard"]["verified"])
-        )
-        fresh = _best(rows, "fresh-")
-        if fresh:
+                label = f"[{source}] fastshard >= {want[peer]}x {name}"
+                verdicts.append(
+                    report.verdict(label, fs["gbps_median"], ref["gbps_median"], want[peer])
+                )
+        for subject in SUBJECT.values():
+            if subject in rows:
+                verdicts.append(
+                    (f"[{source}] {subject} data equal to the source", rows[subject]["verified"])
+                )
+        curl = _best(rows, "ceiling-curl")
+        if curl and fs is not None:
             text, _ = report.verdict(
-                f"[{source}] fastshard vs {fresh[0]}", fs, fresh[1]["gbps_median"], 0
+                f"[{source}] fastshard vs {curl[0]} (to /dev/null)",
+                fs["gbps_median"],
+                curl[1]["gbps_median"],
+                0,
             )
             info.append(f"INFO {text}")
     return verdicts, info
@@ -116,13 +155,15 @@ def text(
         by.setdefault(r["source"], {})[r["loader"]] = r
     out: list[str] = []
     for source, rows in by.items():
-        size = rows["fastshard"]["bytes"] / 1e9
+        size = rows.get("fastshard", next(iter(rows.values())))["bytes"] / 1e9
         out += [f"### {GROUPS[source]}, model.tensors ({size:.3f} GB)\n", source_table(rows), ""]
     out.append(
         "GB/s = 10^9 bytes/s: tensor bytes for loaders, object bytes for raw clients; median "
         "(min–max) of the measured runs. CPU s/GB: CPU seconds of the client process (and its "
-        "children, e.g. curl) and of the server process per GB. Raw clients into a pre-faulted "
-        "buffer are the ceiling; into fresh memory, a reference. curl is checked by bytes."
+        "children, e.g. curl) and of the server process per GB. returns: warm = into memory "
+        "already written (fastshard.load into a model; a raw client into a pre-faulted "
+        "buffer), fresh = into new memory (load_state_dict, the peers, a raw client into fresh "
+        "memory), none = discarded (curl, checked by bytes); rows are compared within a kind."
     )
     verdicts, info = targets(by, want)
     out += ["", *report.verdict_lines(verdicts), *info]
