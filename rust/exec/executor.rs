@@ -15,11 +15,11 @@ use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::{PartJob, PartSource, PartStats};
-use crate::plan::{Part, ReadPlan};
+use crate::plan::{Part, ReadPlan, Segment};
 
 /// Told, on the runtime's threads, about every part that landed in full:
-/// the `(slot, bytes)` of each of its segments. Must return quickly.
-pub type OnLanded = Arc<dyn Fn(&[(usize, u64)]) + Send + Sync>;
+/// its segments. Must return quickly.
+pub type OnLanded = Arc<dyn Fn(&[Segment]) + Send + Sync>;
 
 #[derive(Clone)]
 pub struct ExecOptions {
@@ -324,11 +324,7 @@ impl<S: PartSource + ?Sized> Run<S> {
         gauges.peak_staged.fetch_max(staged, Ordering::SeqCst);
         let wanted: u64 = part.segments.iter().map(|s| s.len).sum();
         let progress = self.opts.progress.clone();
-        let landed = self.opts.on_landed.clone().map(|f| {
-            let segments: Vec<(usize, u64)> =
-                part.segments.iter().map(|s| (s.slot, s.len)).collect();
-            (f, segments)
-        });
+        let landed = (self.opts.on_landed.clone()).map(|f| (f, part.segments.clone()));
         // While the request waits for its first byte, its pages are
         // faulted in on a blocking thread; awaited below, so it never
         // outlives the load that owns the memory.

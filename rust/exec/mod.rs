@@ -3,10 +3,11 @@
 
 mod adapt;
 mod executor;
+mod frontier;
 mod landed;
 mod runtime;
 
 pub use adapt::requests_for;
 pub use executor::{execute, ExecOptions, ExecStats, OnLanded};
-pub use landed::overlap;
+pub use landed::{overlap, Items, Landed, Locate};
 pub use runtime::runtime;
