@@ -47,6 +47,10 @@ fn check_fits(cipher: &Cipher, len: u64, data_offset: u64) -> Result<()> {
         chunk_size, macs, ..
     } = cipher
     {
+        if *chunk_size == 0 {
+            return Err(Error::format("encryption chunk size 0")
+                .with_range(data_offset..data_offset.saturating_add(len)));
+        }
         let want = num_chunks(len, *chunk_size);
         if macs.len() != 1 && macs.len() as u64 != want {
             return Err(Error::format(format!(

@@ -248,7 +248,7 @@ proptest! {
 }
 
 #[test]
-fn a_chunked_cipher_without_macs_is_a_format_error_not_a_panic() {
+fn a_chunked_cipher_without_macs_or_chunk_size_is_a_format_error_not_a_panic() {
     let none = Cipher::Chunked {
         chunk_size: 1024,
         nonce: [0; NONCE_LEN],
@@ -257,4 +257,11 @@ fn a_chunked_cipher_without_macs_is_a_format_error_not_a_panic() {
     let e = decrypt_in_place(&key(1), &none, &mut [1u8; 10], 0).unwrap_err();
     assert_eq!(e.kind(), crate::ErrorKind::Format);
     assert!(decrypt_in_place(&key(1), &none, &mut [], 0).is_ok());
+    let zero = Cipher::Chunked {
+        chunk_size: 0,
+        nonce: [0; NONCE_LEN],
+        macs: vec![[0; MAC_LEN]; 2],
+    };
+    let e = decrypt_in_place(&key(1), &zero, &mut [1u8; 10], 0).unwrap_err();
+    assert_eq!(e.kind(), crate::ErrorKind::Format);
 }
