@@ -243,11 +243,11 @@ class Reader:
 
         ``encryption`` is required for encrypted files (``encrypted``) and
         refused for others (InvalidArgumentError), as are slices of them.
-        Tensors are decrypted in place after their bytes arrive,
-        chunk-parallel, before hashes are checked (they cover the
-        plaintext). A wrong key or a modified byte fails the chunk's MAC:
-        IntegrityError naming the tensor and the chunk's byte range; the
-        tensor's buffer is zeroed.
+        Tensors are decrypted in place as their 2 MiB chunks land,
+        chunk-parallel, and hashed in file order as they land (the hashes
+        cover the plaintext). A wrong key or a modified byte fails the
+        chunk's MAC: IntegrityError naming the tensor and the chunk's byte
+        range; every buffer of the load is zeroed.
         """
 
 def write_file(

@@ -291,11 +291,7 @@ impl<S: PartSource + ?Sized> Run<S> {
         gauges.peak_staged.fetch_max(staged, Ordering::SeqCst);
         let wanted: u64 = part.segments.iter().map(|s| s.len).sum();
         let progress = self.opts.progress.clone();
-        let landed = self.opts.on_landed.clone().map(|f| {
-            let segments: Vec<(usize, u64)> =
-                part.segments.iter().map(|s| (s.slot, s.len)).collect();
-            (f, segments)
-        });
+        let landed = (self.opts.on_landed.clone()).map(|f| (f, part.segments.clone()));
         // While the request waits for its first byte, its pages are
         // faulted in on a blocking thread; awaited below, so it never
         // outlives the load that owns the memory.

@@ -4,6 +4,7 @@
 
 mod adapt;
 mod executor;
+mod frontier;
 mod landed;
 mod options;
 mod runtime;
@@ -11,6 +12,6 @@ mod sizing;
 
 pub use adapt::requests_for;
 pub use executor::execute;
-pub use landed::overlap;
+pub use landed::{overlap, Items, Landed, Locate};
 pub use options::{ExecOptions, ExecStats, OnLanded};
 pub use runtime::runtime;

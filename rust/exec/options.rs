@@ -4,9 +4,11 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use crate::plan::Segment;
+
 /// Told, on the runtime's threads, about every part that landed in full:
-/// the `(slot, bytes)` of each of its segments. Must return quickly.
-pub type OnLanded = Arc<dyn Fn(&[(usize, u64)]) + Send + Sync>;
+/// its segments. Must return quickly.
+pub type OnLanded = Arc<dyn Fn(&[Segment]) + Send + Sync>;
 
 #[derive(Clone)]
 pub struct ExecOptions {

@@ -6,9 +6,8 @@
 //! data is encrypted: names, shapes and hashes stay plaintext.
 
 use super::record::RecordHeader;
+use super::secretbox;
 use crate::error::{Error, Result};
-use crypto_secretbox::aead::{AeadInPlace, KeyInit};
-use crypto_secretbox::XSalsa20Poly1305;
 use rayon::prelude::*;
 
 pub use super::crypt_info::{Cipher, CryptInfo};
@@ -19,12 +18,6 @@ pub use super::crypt_params::{
 
 /// What tensorizer's writer uses; readers take any valid size from the file.
 pub const CHUNK_SIZE: u64 = 2 << 20;
-
-fn array<const N: usize>(b: &[u8]) -> [u8; N] {
-    let mut out = [0u8; N];
-    out.copy_from_slice(b);
-    out
-}
 
 /// Number of MACs tensorizer writes for `len` bytes.
 pub fn num_chunks(len: u64, chunk_size: u64) -> u64 {
@@ -46,6 +39,142 @@ pub fn nonce_add(nonce: &Nonce, i: u64) -> Nonce {
     out
 }
 
+/// A chunked cipher must hold one MAC per chunk of `len` bytes (except
+/// that one MAC is one box, whatever its chunk size says), and a chunk size
+/// that fits this machine's memory.
+fn check_fits(cipher: &Cipher, len: u64, data_offset: u64) -> Result<()> {
+    if let Cipher::Chunked {
+        chunk_size, macs, ..
+    } = cipher
+    {
+        if *chunk_size == 0 {
+            return Err(Error::format("encryption chunk size 0")
+                .with_range(data_offset..data_offset.saturating_add(len)));
+        }
+        let want = num_chunks(len, *chunk_size);
+        if macs.len() != 1 && macs.len() as u64 != want {
+            return Err(Error::format(format!(
+                "crypt info has {} MACs but {len} bytes in {chunk_size}-byte chunks need {want}",
+                macs.len()
+            ))
+            .with_range(data_offset..data_offset.saturating_add(len)));
+        }
+        usize::try_from(*chunk_size).map_err(|_| Error::format("chunk size too large"))?;
+    }
+    Ok(())
+}
+
+/// One tensor's decryption, set up from its record header: the key and its
+/// cipher, checked against the data's length. Chunks are independent, so
+/// they can be opened as they land, in any order and on any thread.
+pub struct Opening {
+    key: Key,
+    cipher: Cipher,
+    len: u64,
+    /// The data's file offset, to locate a failing chunk in the error.
+    data_offset: u64,
+}
+
+impl Opening {
+    /// `None` when there is nothing to decrypt: zero-size and meta tensors
+    /// carry no cipher and are left alone, as tensorizer's reader does; a
+    /// tensor with data must carry one.
+    pub fn new(
+        dec: &Decryptor,
+        record: &RecordHeader,
+        header_buf: &[u8],
+        header_offset: u64,
+        data_len: u64,
+        data_offset: u64,
+    ) -> Result<Option<Opening>> {
+        let span = header_offset..header_offset.saturating_add(record.header_len);
+        let block = record
+            .crypt_info
+            .clone()
+            .and_then(|r| header_buf.get(r.clone()).map(|b| (b, r.start)))
+            .ok_or_else(|| {
+                Error::format("record header has no crypt-info block").with_range(span.clone())
+            })?;
+        let info = CryptInfo::parse(block.0, header_offset.saturating_add(block.1 as u64))?;
+        let cipher = match (info.cipher.clone(), data_len) {
+            (_, 0) => return Ok(None),
+            (Some(c), _) => c,
+            (None, _) => return Err(Error::format(
+                "the file is encrypted but this tensor's data is not (no cipher in its crypt info)",
+            )
+            .with_range(span)),
+        };
+        check_fits(&cipher, data_len, data_offset)?;
+        Ok(Some(Opening {
+            key: dec.key_for(&info)?,
+            cipher,
+            len: data_len,
+            data_offset,
+        }))
+    }
+
+    /// The chunk size when the data is sealed in chunks; `None` when it is
+    /// one box.
+    fn chunk(&self) -> Option<u64> {
+        match &self.cipher {
+            Cipher::Chunked {
+                chunk_size, macs, ..
+            } if macs.len() != 1 => Some(*chunk_size),
+            _ => None,
+        }
+    }
+
+    /// How many bytes from the data's start can be opened once the first
+    /// `landed` have landed: whole chunks only, everything at the end.
+    pub fn openable(&self, landed: u64) -> u64 {
+        match self.chunk() {
+            _ if landed >= self.len => self.len,
+            Some(c) => landed / c * c,
+            None => 0,
+        }
+    }
+
+    /// Checks and decrypts in place the data bytes `start..start +
+    /// buf.len()`, which begin on a chunk boundary and end on one or at the
+    /// data's end, spreading chunks over the cores. A chunk whose MAC fails
+    /// is left as ciphertext: on error the caller must treat `buf` as garbage.
+    pub fn open(&self, buf: &mut [u8], start: u64) -> Result<()> {
+        let fail = |chunk: u64, at: u64, n: usize| {
+            let at = self.data_offset + at;
+            Error::integrity(format!(
+                "decryption failed: the authentication tag of chunk {chunk} does not match \
+                 (wrong key, or the data was modified)"
+            ))
+            .with_range(at..at + n as u64)
+        };
+        let (nonce, macs) = match &self.cipher {
+            Cipher::Whole { nonce, mac } => (nonce, std::slice::from_ref(mac)),
+            Cipher::Chunked { nonce, macs, .. } => (nonce, &macs[..]),
+        };
+        let Some(size) = self.chunk() else {
+            // One box: opened whole, once everything has landed.
+            return match secretbox::open_in_place(&self.key, nonce, &macs[0], buf)? {
+                true => Ok(()),
+                false => Err(fail(0, 0, buf.len())),
+            };
+        };
+        let first = start / size;
+        // `new` checked that the chunk size fits a usize.
+        buf.par_chunks_mut(size as usize)
+            .enumerate()
+            .try_for_each(|(k, chunk)| {
+                let i = first + k as u64;
+                let mac = macs
+                    .get(i as usize)
+                    .ok_or_else(|| Error::format(format!("no MAC for chunk {i}")))?;
+                match secretbox::open_in_place(&self.key, &nonce_add(nonce, i), mac, chunk)? {
+                    true => Ok(()),
+                    false => Err(fail(i, i * size, chunk.len())),
+                }
+            })
+    }
+}
+
 /// Decrypts `data` in place after checking every chunk's MAC, spreading
 /// chunks over the cores. A chunk whose MAC fails is left as ciphertext;
 /// callers must treat the whole buffer as garbage on error. `data_offset`
@@ -56,48 +185,15 @@ pub fn decrypt_in_place(
     data: &mut [u8],
     data_offset: u64,
 ) -> Result<()> {
-    let aead = XSalsa20Poly1305::new((&**key).into());
     let len = data.len() as u64;
-    let fail = |chunk: usize, start: u64, n: usize| {
-        Error::integrity(format!(
-            "decryption failed: the authentication tag of chunk {chunk} does not match \
-             (wrong key, or the data was modified)"
-        ))
-        .with_range(data_offset + start..data_offset + start + n as u64)
+    check_fits(cipher, len, data_offset)?;
+    let opening = Opening {
+        key: key.clone(),
+        cipher: cipher.clone(),
+        len,
+        data_offset,
     };
-    let open = |nonce: &Nonce, mac: &Mac, buf: &mut [u8]| {
-        aead.decrypt_in_place_detached(nonce.into(), b"", buf, mac.into())
-    };
-    match cipher {
-        Cipher::Whole { nonce, mac } => open(nonce, mac, data).map_err(|_| fail(0, 0, data.len())),
-        Cipher::Chunked { macs, nonce, .. } if macs.len() == 1 => {
-            open(nonce, &macs[0], data).map_err(|_| fail(0, 0, data.len()))
-        }
-        Cipher::Chunked {
-            chunk_size,
-            nonce,
-            macs,
-        } => {
-            let want = num_chunks(len, *chunk_size);
-            if macs.len() as u64 != want {
-                return Err(Error::format(format!(
-                    "crypt info has {} MACs but {len} bytes in {chunk_size}-byte chunks need {want}",
-                    macs.len()
-                ))
-                .with_range(data_offset..data_offset + len));
-            }
-            let size =
-                usize::try_from(*chunk_size).map_err(|_| Error::format("chunk size too large"))?;
-            data.par_chunks_mut(size)
-                .zip(macs.par_iter())
-                .enumerate()
-                .try_for_each(|(i, (buf, mac))| {
-                    let n = nonce_add(nonce, i as u64);
-                    let n_len = buf.len();
-                    open(&n, mac, buf).map_err(|_| fail(i, (i * size) as u64, n_len))
-                })
-        }
-    }
+    opening.open(data, 0)
 }
 
 /// Encrypts `data` in place in `chunk_size` pieces starting at `nonce`;
@@ -112,15 +208,9 @@ pub fn encrypt_in_place(
         .ok()
         .filter(|&s| s > 0)
         .ok_or_else(|| Error::invalid(format!("invalid encryption chunk size {chunk_size}")))?;
-    let aead = XSalsa20Poly1305::new((&**key).into());
     data.par_chunks_mut(size)
         .enumerate()
-        .map(|(i, buf)| {
-            let n = nonce_add(nonce, i as u64);
-            aead.encrypt_in_place_detached((&n).into(), b"", buf)
-                .map(|tag| array(&tag))
-                .map_err(|_| Error::invalid("encryption failed"))
-        })
+        .map(|(i, buf)| secretbox::seal_in_place(key, &nonce_add(nonce, i as u64), buf))
         .collect()
 }
 
@@ -136,27 +226,9 @@ pub fn decrypt_record(
     data: &mut [u8],
     data_offset: u64,
 ) -> Result<()> {
-    let span = header_offset..header_offset.saturating_add(record.header_len);
-    let block = record
-        .crypt_info
-        .clone()
-        .and_then(|r| header_buf.get(r.clone()).map(|b| (b, r.start)))
-        .ok_or_else(|| {
-            Error::format("record header has no crypt-info block").with_range(span.clone())
-        })?;
-    let info = CryptInfo::parse(block.0, header_offset.saturating_add(block.1 as u64))?;
-    let cipher =
-        match (&info.cipher, data.is_empty()) {
-            (_, true) => return Ok(()),
-            (Some(c), false) => c,
-            (None, false) => return Err(Error::format(
-                "the file is encrypted but this tensor's data is not (no cipher in its crypt info)",
-            )
-            .with_range(span)),
-        };
-    let result = dec
-        .key_for(&info)
-        .and_then(|key| decrypt_in_place(&key, cipher, data, data_offset));
+    let len = data.len() as u64;
+    let result = Opening::new(dec, record, header_buf, header_offset, len, data_offset)
+        .and_then(|o| o.map_or(Ok(()), |o| o.open(data, 0)));
     if result.is_err() {
         data.fill(0);
     }

@@ -1,6 +1,8 @@
 use super::*;
 use crate::format::hash;
 use crate::format::record::RecordHeader;
+use crypto_secretbox::aead::{AeadInPlace, KeyInit};
+use crypto_secretbox::XSalsa20Poly1305;
 use proptest::prelude::*;
 use zeroize::Zeroizing;
 
@@ -243,4 +245,23 @@ proptest! {
         b.truncate(cut.max(1));
         let _ = CryptInfo::parse(&b, 0);
     }
+}
+
+#[test]
+fn a_chunked_cipher_without_macs_or_chunk_size_is_a_format_error_not_a_panic() {
+    let none = Cipher::Chunked {
+        chunk_size: 1024,
+        nonce: [0; NONCE_LEN],
+        macs: vec![],
+    };
+    let e = decrypt_in_place(&key(1), &none, &mut [1u8; 10], 0).unwrap_err();
+    assert_eq!(e.kind(), crate::ErrorKind::Format);
+    assert!(decrypt_in_place(&key(1), &none, &mut [], 0).is_ok());
+    let zero = Cipher::Chunked {
+        chunk_size: 0,
+        nonce: [0; NONCE_LEN],
+        macs: vec![[0; MAC_LEN]; 2],
+    };
+    let e = decrypt_in_place(&key(1), &zero, &mut [1u8; 10], 0).unwrap_err();
+    assert_eq!(e.kind(), crate::ErrorKind::Format);
 }

@@ -19,6 +19,7 @@ pub mod header;
 pub mod index;
 pub mod names;
 pub mod record;
+mod secretbox;
 mod write_record;
 pub mod writer;
 

@@ -6,12 +6,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::check::SharedRegions;
+use super::check::{Checks, SharedRegions};
 use super::{LoadOptions, LoadStats, TensorFile};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::{execute, overlap, requests_for, runtime, ExecOptions, ExecStats};
+use crate::exec::{execute, overlap, requests_for, runtime, ExecOptions, ExecStats, Items};
 use crate::plan::{plan_reads, selection_wants, sliced_shape, ReadPlan, Slot, TensorSlice};
 
 /// A record header larger than this is treated as corrupt rather than
@@ -273,8 +273,8 @@ impl TensorFile {
         }
     }
 
-    /// Runs the plan, checking (and decrypting, hashing) each tensor on
-    /// its own thread as soon as all of its bytes have landed.
+    /// Runs the plan, checking (and decrypting, hashing) each tensor as its
+    /// bytes land, tensors spread over the cores.
     fn fetch_and_check(
         &self,
         req: &Request<'_>,
@@ -290,17 +290,26 @@ impl TensorFile {
             opts,
             ..
         } = *req;
-        // Bytes each tensor still waits for (header and data), so its checks,
-        // decryption and hashes run as soon as it is complete.
-        let mut pending = vec![0u64; selection.len()];
+        // Each tensor's bytes as the checks see them: its record header, then
+        // its data; they run as each tensor's landed prefix grows.
+        let mut sizes = vec![0u64; selection.len()];
         for seg in plan.parts.iter().flat_map(|p| &p.segments) {
-            pending[Slot::from_id(seg.slot).tensor()] += seg.len;
+            sizes[Slot::from_id(seg.slot).tensor()] += seg.len;
         }
+        let header_lens: Vec<u64> = headers.iter().map(|h| h.len() as u64).collect();
+        let items = Items {
+            sizes,
+            locate: Arc::new(move |slot, at| match Slot::from_id(slot) {
+                Slot::Header(i) => (i, at),
+                Slot::Data(i) => (i, header_lens.get(i).map_or(at, |h| h + at)),
+            }),
+            stream: Checks::streams(opts),
+        };
         let header_regions: Vec<(*mut u8, usize)> = headers
             .iter_mut()
             .map(|h| (h.as_mut_ptr(), h.len()))
             .collect();
-        let threads = if opts.verify_hash || opts.decryption.is_some() {
+        let threads = if Checks::streams(opts) {
             std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1)
@@ -308,18 +317,21 @@ impl TensorFile {
         } else {
             1
         };
-        let (regions, header_regions) = (SharedRegions(dests), SharedRegions(&header_regions));
+        let checks = Checks::new(
+            self,
+            selection,
+            SharedRegions(&header_regions),
+            SharedRegions(dests),
+            opts,
+            cancel,
+        );
         let uri = self.uri();
         let rt = runtime()?;
         overlap(
-            pending,
-            |slot| Slot::from_id(slot).tensor(),
+            items,
             threads,
             cancel,
-            |i| {
-                self.check_one(selection[i], i, &header_regions, &regions, opts, cancel)
-                    .map_err(|e| e.with_uri(uri))
-            },
+            |i, landed| checks.step(i, landed).map_err(|e| e.with_uri(uri)),
             |on_landed| {
                 exec_opts.on_landed = Some(on_landed);
                 let source = Arc::clone(&self.source);
