@@ -160,7 +160,8 @@ class Progress:
 
 @final
 class Reader:
-    """An opened tensorizer file: header and index fetched and validated.
+    """An opened tensor file (tensorizer or safetensors, told apart by its
+    first bytes): header and index fetched and validated.
 
     ``uri``: a local path or ``file://`` URL, ``s3://bucket/key``, or an
     ``http(s)://`` URL (presigned URLs work; the server must honour Range;
@@ -174,7 +175,9 @@ class Reader:
 
     uri: str
     file_size: int
-    version: int
+    version: int | None  # tensorizer data version; None for safetensors
+    format: str  # "tensorizer" or "safetensors", detected from the bytes
+    metadata: list[tuple[str, str]]  # safetensors' __metadata__ (sorted); [] for tensorizer
     encrypted: bool
     discovery_bytes: int  # read by the constructor (header and index)
     def __new__(cls, uri: str | Location, **opts: Unpack[_SourceOptions]) -> Reader: ...

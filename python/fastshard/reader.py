@@ -75,7 +75,8 @@ class TensorFile:
         except NotFoundError as e:
             raise shard.name_rank(e, self.opened) from e
         self.uri: str = reader.uri
-        self.version: int = reader.version
+        self.version: int | None = reader.version  # None: safetensors
+        self.format: str = reader.format
         self.file_size: int = reader.file_size
         self.encrypted: bool = reader.encrypted
         if settings.encrypted and not self.encrypted:

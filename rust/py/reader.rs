@@ -51,9 +51,22 @@ impl Reader {
         self.file.size()
     }
 
+    /// The tensorizer data version; None for safetensors.
     #[getter]
-    fn version(&self) -> u32 {
-        self.file.index().header.version
+    fn version(&self) -> Option<u32> {
+        self.file.index().version()
+    }
+
+    /// "tensorizer" or "safetensors", as detected from the bytes.
+    #[getter]
+    fn format(&self) -> &'static str {
+        self.file.index().format_name()
+    }
+
+    /// The file's own string metadata (safetensors' `__metadata__`).
+    #[getter]
+    fn metadata(&self) -> Vec<(String, String)> {
+        self.file.index().metadata().to_vec()
     }
 
     /// Bytes read by `open` to learn the header and index (not part of any

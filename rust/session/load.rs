@@ -131,6 +131,13 @@ impl TensorFile {
             )));
         }
         let sliced = slices.iter().any(Option::is_some);
+        if opts.verify_hash && !self.index.stores_hashes() {
+            return Err(Error::invalid(format!(
+                "verify_hash=True, but {} files store no hashes: there is nothing to \
+                 check; load without verify_hash",
+                self.index.format_name()
+            )));
+        }
         if sliced && opts.verify_hash {
             return Err(Error::invalid(
                 "verify_hash needs whole tensors (tensorizer's hashes cover the full tensor); \

@@ -1,5 +1,6 @@
-//! One opened tensorizer file: discovery, index, and loads of selected
-//! tensors into caller-owned memory. This is the facade the bindings use.
+//! One opened tensor file (either format: the index says nothing of which):
+//! discovery, index, and loads of selected tensors into caller-owned
+//! memory. This is the facade the bindings use.
 
 mod check;
 mod load;
@@ -10,12 +11,13 @@ use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
 use crate::exec::runtime;
 use crate::format::crypt::Decryptor;
-use crate::format::{FileHeader, Index, PREAMBLE_LEN};
+use crate::format::{self, Index};
 use crate::io::{open_source, RangeSource, SourceOptions};
 use crate::location::Location;
 
 /// Bytes the discovery read asks for: tensorizer reserves a 256 KiB index,
-/// so this covers header, index and the first record headers in one read.
+/// so this covers header, index and the first record headers in one read
+/// (and the whole header of most safetensors files).
 const DISCOVERY_BYTES: u64 = 320 * 1024;
 
 #[derive(Debug, Clone, Default)]
@@ -110,15 +112,7 @@ async fn read_index(
     let disc = source.discover(DISCOVERY_BYTES, cancel).await?;
     let mut requests = 1u64;
     let mut fetched = disc.prefix.len() as u64;
-    if disc.prefix.len() < PREAMBLE_LEN {
-        return Err(Error::format(format!(
-            "file is truncated: {} bytes is shorter than the {PREAMBLE_LEN}-byte file header",
-            disc.prefix.len()
-        ))
-        .with_range(disc.prefix.len() as u64..PREAMBLE_LEN as u64));
-    }
-    let header = FileHeader::parse(&disc.prefix)?;
-    let index_end = header.index_end()?;
+    let index_end = format::index_len(&disc.prefix)?;
     if index_end > disc.size {
         return Err(Error::format(format!(
             "file is truncated: the index ends at byte {index_end} but the file has {} bytes",
