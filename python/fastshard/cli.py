@@ -69,9 +69,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     tensors = _entries(reader)
     summary = {
         "uri": reader.uri,
+        "format": reader.format,
         "version": reader.version,
         "file_size": reader.file_size,
         "encrypted": reader.encrypted,
+        "metadata": dict(reader.metadata),
         "count": len(tensors),
         "tensor_bytes": sum(t["nbytes"] for t in tensors),
     }
@@ -85,14 +87,19 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         json.dump({**summary, "tensors": tensors}, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return EXIT_OK
+    kind = (
+        f"tensorizer data version {reader.version}" if reader.version is not None else reader.format
+    )
     print(
-        f"{reader.uri}: tensorizer data version {reader.version}, "
+        f"{reader.uri}: {kind}, "
         f"{reader.file_size} bytes ({_human(reader.file_size)}), {len(tensors)} tensors, "
         f"{_human(summary['tensor_bytes'])} of tensor data"
         + (", encrypted" if reader.encrypted else "")
     )
     if packed_line:
         print(packed_line)
+    if reader.metadata:
+        print("metadata: " + ", ".join(f"{k}={v}" for k, v in reader.metadata))
     rows = [("name", "dtype", "shape", "bytes", "offset")]
     for t in tensors:
         shape = "(" + ", ".join(str(d) for d in t["shape"]) + ")"
@@ -192,7 +199,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastshard",
-        description="Inspect, verify and benchmark .tensors files; serve them with vLLM.",
+        description="Inspect, verify and benchmark .tensors and .safetensors files; serve "
+        "them with vLLM.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="list the tensors in a file")

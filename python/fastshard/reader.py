@@ -45,8 +45,8 @@ def check_rank(
 
 
 class TensorFile:
-    """An opened ``.tensors`` file: header and index are read on open; tensor
-    bytes only when loaded. Use as a context manager."""
+    """An opened ``.tensors`` or ``.safetensors`` file: header and index are
+    read on open; tensor bytes only when loaded. Use as a context manager."""
 
     def __init__(
         self,
@@ -77,6 +77,8 @@ class TensorFile:
         self.uri: str = reader.uri
         self.version: int | None = reader.version  # None: safetensors
         self.format: str = reader.format
+        # The file's own string metadata (safetensors' __metadata__).
+        self.metadata: dict[str, str] = dict(reader.metadata)
         self.file_size: int = reader.file_size
         self.encrypted: bool = reader.encrypted
         if settings.encrypted and not self.encrypted:
@@ -271,7 +273,10 @@ def open(  # noqa: A001
     verify_manifest_hashes: bool = False,
     **opts: Unpack[OpenOptions],
 ) -> TensorFile:
-    """Open a tensorizer file and read its header and index.
+    """Open a tensor file and read its header and index: tensorizer
+    ``.tensors`` or safetensors, told apart by the first bytes (never the
+    name). A safetensors file has no hashes (``verify_hash`` is refused) and
+    no encryption; its ``__metadata__`` is ``metadata``.
 
     ``uri`` is a local path (or ``file://``), ``s3://bucket/key``, or an
     ``http(s)://`` URL (a presigned URL works; the server must honour Range).
