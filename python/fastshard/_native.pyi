@@ -180,7 +180,21 @@ class Reader:
     metadata: list[tuple[str, str]]  # safetensors' __metadata__ (sorted); [] for tensorizer
     encrypted: bool
     discovery_bytes: int  # read by the constructor (header and index)
-    def __new__(cls, uri: str | Location, **opts: Unpack[_SourceOptions]) -> Reader: ...
+    def __new__(
+        cls,
+        uri: str | Location,
+        *,
+        members: Sequence[str | Location] | None = None,
+        **opts: Unpack[_SourceOptions],
+    ) -> Reader:
+        """``members``: files opened as one set (a checkpoint's shards: their
+        headers read concurrently, tensor names unique across them, one plan
+        per load over all); ``uri`` then names the set in messages."""
+
+    def members(self) -> list[tuple[str, int, int]]:
+        """``(uri, file_size, tensor_count)`` of each file, in the order
+        their tensors appear in ``entries()``."""
+
     def entries(self) -> list[_EntryTuple]: ...
     def load(
         self,

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import _native, _progress, packed
+from . import _hf, _native, _progress, packed, shard
 from .bench import command as bench_command
 from .crypt import EncryptionKey, NativeKey
 from .errors import FastshardError, FormatError, IntegrityError, InvalidArgumentError
@@ -62,9 +62,14 @@ def _human(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def _open(uri: str) -> _native.Reader:
+    """The file at ``uri``, or every shard of the HF checkpoint there."""
+    return _hf.open_reader(shard.resolve(uri, None, None), {})[0]
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    reader = _native.Reader(args.uri)
+    reader = _open(args.uri)
     opened = time.perf_counter() - started
     tensors = _entries(reader)
     summary = {
@@ -74,6 +79,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "file_size": reader.file_size,
         "encrypted": reader.encrypted,
         "metadata": dict(reader.metadata),
+        "files": [{"uri": u, "size": size, "count": n} for u, size, n in reader.members()],
         "count": len(tensors),
         "tensor_bytes": sum(t["nbytes"] for t in tensors),
     }
@@ -100,6 +106,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print(packed_line)
     if reader.metadata:
         print("metadata: " + ", ".join(f"{k}={v}" for k, v in reader.metadata))
+    members = reader.members()
+    if len(members) > 1:
+        print(f"{len(members)} files: " + ", ".join(f"{u} ({n} tensors)" for u, _, n in members))
     rows = [("name", "dtype", "shape", "bytes", "offset")]
     for t in tensors:
         shape = "(" + ", ".join(str(d) for d in t["shape"]) + ")"
@@ -161,7 +170,7 @@ def _key(args: argparse.Namespace) -> NativeKey | None:
 def cmd_verify(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     key = _key(args)
-    reader = _native.Reader(args.uri)
+    reader = _open(args.uri)
     entries = reader.entries()
     sizes = [_nbytes(e[3], e[4]) for e in entries]
     pool = bytearray(min(args.batch_bytes, sum(sizes)))

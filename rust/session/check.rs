@@ -3,7 +3,7 @@
 
 use super::{LoadOptions, TensorFile};
 use crate::cancel::CancelToken;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::{crypt, hash, RecordHeader};
 
 impl TensorFile {
@@ -21,7 +21,9 @@ impl TensorFile {
         cancel: &CancelToken,
     ) -> Result<()> {
         cancel.check()?;
-        let entry = &self.index.entries[e];
+        let entry = self
+            .entry(e)
+            .ok_or_else(|| Error::invalid(format!("tensor index {e} out of range")))?;
         let (hptr, hlen) = headers.get(i);
         let header: &[u8] = if hlen == 0 {
             &[]
@@ -40,7 +42,7 @@ impl TensorFile {
                     header,
                     entry.header_offset,
                     entry.long_dims,
-                    self.index.has_crypt_info(),
+                    self.index().has_crypt_info(),
                 )
                 .and_then(|r| r.check_matches(entry).map(|_| r))
                 .map_err(|err| err.with_tensor(entry.display_name()))?,

@@ -1,24 +1,18 @@
-//! One opened tensor file (either format: the index says nothing of which):
-//! discovery, index, and loads of selected tensors into caller-owned
-//! memory. This is the facade the bindings use.
+//! One opened tensor file (either format: the index says nothing of which),
+//! or several opened as one (a checkpoint's shards): discovery, index, and
+//! loads of selected tensors into caller-owned memory, one plan and one
+//! executor over every file. This is the facade the bindings use.
 
 mod check;
 mod load;
+mod open;
 
 use std::sync::Arc;
 
-use crate::cancel::CancelToken;
-use crate::error::{Error, Result};
-use crate::exec::runtime;
 use crate::format::crypt::Decryptor;
-use crate::format::{self, Index};
-use crate::io::{open_source, RangeSource, SourceOptions};
-use crate::location::Location;
-
-/// Bytes the discovery read asks for: tensorizer reserves a 256 KiB index,
-/// so this covers header, index and the first record headers in one read
-/// (and the whole header of most safetensors files).
-const DISCOVERY_BYTES: u64 = 320 * 1024;
+use crate::format::{Index, TensorEntry};
+use crate::io::{spanned, PartSource, Spanned};
+use crate::plan::Selected;
 
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
@@ -55,79 +49,93 @@ pub struct LoadStats {
     pub peak_host_bytes: u64,
 }
 
+/// One file of an opened set: where it is, its index and its size.
+pub struct Member {
+    uri: String,
+    pub index: Index,
+    pub size: u64,
+}
+
+impl Member {
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+}
+
+/// One opened file, or a set of files opened as one (the shards of a
+/// checkpoint): their tensors in one list, loaded by one plan.
 pub struct TensorFile {
-    source: Arc<dyn RangeSource>,
+    /// Each file its own source, behind the one the executor reads.
+    source: Arc<Spanned>,
+    members: Vec<Member>,
+    /// `(member, entry)` of each tensor: member by member, in file order.
+    catalog: Vec<(usize, usize)>,
     /// Time budget of each load (from the source options).
     deadline: Option<std::time::Duration>,
-    index: Index,
-    size: u64,
     discovery_stats: (u64, u64),
 }
 
 impl TensorFile {
-    /// Fetches and validates the header and index; stops once `cancel` is
-    /// cancelled or the source options' deadline passes.
-    pub fn open(loc: &Location, opts: &SourceOptions, cancel: &CancelToken) -> Result<TensorFile> {
-        let cancel = cancel.child_with_budget(opts.deadline);
-        let (source, index, size, stats) = runtime()?.block_on(async {
-            let source = open_source(loc, opts).await?;
-            let (index, size, stats) = read_index(source.as_ref(), &cancel)
-                .await
-                .map_err(|e| e.with_uri(source.uri()))?;
-            Ok::<_, Error>((source, index, size, stats))
-        })?;
-        Ok(TensorFile {
-            source,
-            deadline: opts.deadline,
-            index,
-            size,
-            discovery_stats: stats,
-        })
-    }
-
+    /// The URI of the file, or the one a set was opened as.
     pub fn uri(&self) -> &str {
         self.source.uri()
     }
 
+    /// The first file's index: a single file's own. The files of a set
+    /// share a format and encryption (`open_set` checks it), so what it
+    /// says of those holds for all.
     pub fn index(&self) -> &Index {
-        &self.index
+        &self.members[0].index
     }
 
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    /// Bytes in all the files.
     pub fn size(&self) -> u64 {
-        self.size
+        self.members.iter().map(|m| m.size).sum()
+    }
+
+    /// Number of tensors in all the files.
+    pub fn len(&self) -> usize {
+        self.catalog.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.catalog.is_empty()
+    }
+
+    /// Tensor `i` of [`TensorFile::entries`].
+    pub fn entry(&self, i: usize) -> Option<&TensorEntry> {
+        let &(m, e) = self.catalog.get(i)?;
+        self.members.get(m)?.index.entries.get(e)
+    }
+
+    /// Every tensor, member by member, each member's in file order.
+    pub fn entries(&self) -> impl Iterator<Item = &TensorEntry> {
+        self.members.iter().flat_map(|m| &m.index.entries)
+    }
+
+    /// Tensor `i` as a plan takes it, with where its file's bytes start.
+    fn selected(&self, i: usize) -> Option<Selected<'_>> {
+        let &(m, _) = self.catalog.get(i)?;
+        Some(Selected {
+            entry: self.entry(i)?,
+            base: spanned::base(m),
+        })
+    }
+
+    /// The URI of the file that holds tensor `i`, for its errors.
+    fn uri_of(&self, i: usize) -> &str {
+        self.catalog
+            .get(i)
+            .and_then(|&(m, _)| self.members.get(m))
+            .map_or(self.uri(), Member::uri)
     }
 
     /// Requests and bytes spent on discovery (header and index reads).
     pub fn discovery_stats(&self) -> (u64, u64) {
         self.discovery_stats
     }
-}
-
-/// Reads the header and the whole index: one read normally, a second one
-/// when the index is larger than the discovery read.
-async fn read_index(
-    source: &dyn RangeSource,
-    cancel: &CancelToken,
-) -> Result<(Index, u64, (u64, u64))> {
-    let disc = source.discover(DISCOVERY_BYTES, cancel).await?;
-    let mut requests = 1u64;
-    let mut fetched = disc.prefix.len() as u64;
-    let index_end = format::index_len(&disc.prefix)?;
-    if index_end > disc.size {
-        return Err(Error::format(format!(
-            "file is truncated: the index ends at byte {index_end} but the file has {} bytes",
-            disc.size
-        ))
-        .with_range(disc.size..index_end));
-    }
-    let mut prefix = disc.prefix;
-    if (prefix.len() as u64) < index_end {
-        let have = prefix.len() as u64;
-        let rest = source.read_range(have, index_end - have, cancel).await?;
-        requests += 1;
-        fetched += rest.len() as u64;
-        prefix.extend_from_slice(&rest);
-    }
-    let index = Index::parse(&prefix, Some(disc.size))?;
-    Ok((index, disc.size, (requests, fetched)))
 }
