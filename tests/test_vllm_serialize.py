@@ -163,6 +163,11 @@ def test_serve_checks_fetched_artifacts(tmp_path: Path):
     with pytest.raises(fastshard.IntegrityError, match="config.json"):
         fetch_artifacts(f"{out}/", tmp_path / "cache", {})
     (out / "fastshard-artifacts.json").unlink()
+    # Without the index, a Hugging Face repo's well-known files are fetched.
+    fetched = fetch_artifacts(f"{out}/", tmp_path / "cache", {})
+    assert "config.json" in [p.name for p in fetched]
+    assert (tmp_path / "cache" / "config.json").read_text() == "changed\n"
+    (out / "config.json").unlink()
     with pytest.raises(fastshard.NotFoundError, match="serialize"):
         fetch_artifacts(f"{out}/", tmp_path / "cache", {})
 

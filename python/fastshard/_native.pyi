@@ -176,7 +176,8 @@ class Progress:
 
 @final
 class Reader:
-    """An opened tensorizer file: header and index fetched and validated.
+    """An opened tensor file (tensorizer or safetensors, told apart by its
+    first bytes): header and index fetched and validated.
 
     ``uri``: a local path or ``file://`` URL, ``s3://bucket/key``, or an
     ``http(s)://`` URL (presigned URLs work; the server must honour Range;
@@ -190,10 +191,26 @@ class Reader:
 
     uri: str
     file_size: int
-    version: int
+    version: int | None  # tensorizer data version; None for safetensors
+    format: str  # "tensorizer" or "safetensors", detected from the bytes
+    metadata: list[tuple[str, str]]  # safetensors' __metadata__ (sorted); [] for tensorizer
     encrypted: bool
     discovery_bytes: int  # read by the constructor (header and index)
-    def __new__(cls, uri: str | Location, **opts: Unpack[_SourceOptions]) -> Reader: ...
+    def __new__(
+        cls,
+        uri: str | Location,
+        *,
+        members: Sequence[str | Location] | None = None,
+        **opts: Unpack[_SourceOptions],
+    ) -> Reader:
+        """``members``: files opened as one set (a checkpoint's shards: their
+        headers read concurrently, tensor names unique across them, one plan
+        per load over all); ``uri`` then names the set in messages."""
+
+    def members(self) -> list[tuple[str, int, int]]:
+        """``(uri, file_size, tensor_count)`` of each file, in the order
+        their tensors appear in ``entries()``."""
+
     def entries(self) -> list[_EntryTuple]: ...
     def map(self, indices: Sequence[int], *, verify_hash: bool = False) -> Mapping:
         """The whole file mapped copy-on-write, once each of the tensors

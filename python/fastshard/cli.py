@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import _native, _progress, packed
+from . import _hf, _native, _progress, packed, shard
 from .bench import command as bench_command
 from .crypt import EncryptionKey, NativeKey
 from .errors import FastshardError, FormatError, IntegrityError, InvalidArgumentError
@@ -62,16 +62,24 @@ def _human(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def _open(uri: str) -> _native.Reader:
+    """The file at ``uri``, or every shard of the HF checkpoint there."""
+    return _hf.open_reader(shard.resolve(uri, None, None), {})[0]
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    reader = _native.Reader(args.uri)
+    reader = _open(args.uri)
     opened = time.perf_counter() - started
     tensors = _entries(reader)
     summary = {
         "uri": reader.uri,
+        "format": reader.format,
         "version": reader.version,
         "file_size": reader.file_size,
         "encrypted": reader.encrypted,
+        "metadata": dict(reader.metadata),
+        "files": [{"uri": u, "size": size, "count": n} for u, size, n in reader.members()],
         "count": len(tensors),
         "tensor_bytes": sum(t["nbytes"] for t in tensors),
     }
@@ -85,14 +93,22 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         json.dump({**summary, "tensors": tensors}, sys.stdout, indent=1)
         sys.stdout.write("\n")
         return EXIT_OK
+    kind = (
+        f"tensorizer data version {reader.version}" if reader.version is not None else reader.format
+    )
     print(
-        f"{reader.uri}: tensorizer data version {reader.version}, "
+        f"{reader.uri}: {kind}, "
         f"{reader.file_size} bytes ({_human(reader.file_size)}), {len(tensors)} tensors, "
         f"{_human(summary['tensor_bytes'])} of tensor data"
         + (", encrypted" if reader.encrypted else "")
     )
     if packed_line:
         print(packed_line)
+    if reader.metadata:
+        print("metadata: " + ", ".join(f"{k}={v}" for k, v in reader.metadata))
+    members = reader.members()
+    if len(members) > 1:
+        print(f"{len(members)} files: " + ", ".join(f"{u} ({n} tensors)" for u, _, n in members))
     rows = [("name", "dtype", "shape", "bytes", "offset")]
     for t in tensors:
         shape = "(" + ", ".join(str(d) for d in t["shape"]) + ")"
@@ -154,7 +170,7 @@ def _key(args: argparse.Namespace) -> NativeKey | None:
 def cmd_verify(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     key = _key(args)
-    reader = _native.Reader(args.uri)
+    reader = _open(args.uri)
     entries = reader.entries()
     sizes = [_nbytes(e[3], e[4]) for e in entries]
     pool = bytearray(min(args.batch_bytes, sum(sizes)))
@@ -192,7 +208,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastshard",
-        description="Inspect, verify and benchmark .tensors files; serve them with vLLM.",
+        description="Inspect, verify and benchmark .tensors and .safetensors files; serve "
+        "them with vLLM.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("inspect", help="list the tensors in a file")

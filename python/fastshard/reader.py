@@ -9,14 +9,14 @@ from typing import Any, Unpack
 
 import torch
 
-from . import _dispatch, _mapped, _native, _options, _torch, packed, shard, tp
+from . import _dispatch, _hf, _mapped, _native, _options, _torch, packed, shard, tp
 from ._budget import Budget
 from ._engine import Engine
 from ._index import Index
 from ._nested import StateDict
 from ._options import OpenOptions
 from ._types import LoadStats, NameOrPath, TensorInfo
-from .errors import InvalidArgumentError, NotFoundError, ShardMismatchError
+from .errors import InvalidArgumentError, ShardMismatchError
 
 # LoadStats and TensorInfo live in _types; they stay importable from here.
 __all__ = ["LoadStats", "TensorFile", "TensorInfo", "load_state_dict", "open"]
@@ -45,8 +45,8 @@ def check_rank(
 
 
 class TensorFile:
-    """An opened ``.tensors`` file: header and index are read on open; tensor
-    bytes only when loaded. Use as a context manager."""
+    """An opened ``.tensors`` or ``.safetensors`` file: header and index are
+    read on open; tensor bytes only when loaded. Use as a context manager."""
 
     def __init__(
         self,
@@ -69,13 +69,15 @@ class TensorFile:
             source_opts=settings.source,
         )
         # Credentials and presigned URLs go to the native source and are not
-        # kept here: ``uri`` is the redacted form used in messages.
-        try:
-            reader = _native.Reader(self.opened.uri, **settings.source)
-        except NotFoundError as e:
-            raise shard.name_rank(e, self.opened) from e
+        # kept here: ``uri`` is the redacted form used in messages. A
+        # directory may hold a Hugging Face checkpoint: its shard files open
+        # as one (_hf.py).
+        reader, self.checkpoint = _hf.open_reader(self.opened, settings.source)
         self.uri: str = reader.uri
-        self.version: int = reader.version
+        self.version: int | None = reader.version  # None: safetensors
+        self.format: str = reader.format
+        # The file's own string metadata (safetensors' __metadata__).
+        self.metadata: dict[str, str] = dict(reader.metadata)
         self.file_size: int = reader.file_size
         self.encrypted: bool = reader.encrypted
         if settings.encrypted and not self.encrypted:
@@ -294,10 +296,17 @@ def open(  # noqa: A001
     verify_manifest_hashes: bool = False,
     **opts: Unpack[OpenOptions],
 ) -> TensorFile:
-    """Open a tensorizer file and read its header and index.
+    """Open a tensor file and read its header and index: tensorizer
+    ``.tensors`` or safetensors, told apart by the first bytes (never the
+    name). A safetensors file has no hashes (``verify_hash`` is refused) and
+    no encryption; its ``__metadata__`` is ``metadata``.
 
     ``uri`` is a local path (or ``file://``), ``s3://bucket/key``, or an
     ``http(s)://`` URL (a presigned URL works; the server must honour Range).
+    A directory or prefix that holds a Hugging Face checkpoint
+    (``model.safetensors.index.json`` and its shards, or
+    ``model.safetensors``), or the index file's URI, opens every shard as
+    one file: headers read concurrently, any load one plan over all of them.
     A per-rank template (``model-rank-%03d.tensors`` or ``{rank}``) or a
     directory (``…/``) with ``rank=`` (and ``world_size=``) opens that rank's
     file, checked against ``fastshard-manifest.json`` when there is one

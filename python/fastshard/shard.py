@@ -210,6 +210,9 @@ class Resolved:
     template: str | None
     packed: bool = False  # one packed object holding every rank (packed.py)
     manifest: Manifest | None = None  # the one this rank's file was checked against
+    # A directory without a manifest: ``uri`` is its DEFAULT_FILE, and where
+    # that is missing the directory may hold an HF checkpoint (_hf.py).
+    directory: str | None = None
 
 
 def _manifest_beside(uri: str, source_opts: dict[str, Any] | None) -> Manifest | None:
@@ -239,8 +242,11 @@ def resolve(
             f"verify_manifest_hashes=True is not supported for remote files ({_shown(uri)})"
         )
     manifest: Manifest | None = None
+    directory: str | None = None
     if _location.is_dir(uri):
         manifest = _manifest_beside(_location.child(uri, ""), source_opts)
+        if manifest is None:
+            directory = uri
         uri = _location.child(uri, manifest.template if manifest is not None else DEFAULT_FILE)
     if not is_template(uri):
         if verify_hashes:
@@ -250,7 +256,7 @@ def resolve(
             )
         # Whether rank and world_size fit a single file depends on its index
         # (a packed object holds every rank): checked after open (packed.view).
-        return Resolved(uri, None, world_size, None)
+        return Resolved(uri, None, world_size, None, directory=directory)
     if rank is None:
         raise InvalidArgumentError(
             f"{_shown(uri)} is a per-rank template: pass rank= (and world_size=)"

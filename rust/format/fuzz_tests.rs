@@ -6,8 +6,9 @@
 //! `fuzz/regressions/`, where the replay test keeps it as a regression test.
 //!
 //! Seeds: `fuzz/seeds/` (files written by the real tensorizer and by
-//! fastshard, plain and encrypted; a corpus for the cargo-fuzz target too) and
-//! the small files `proptests::bases` builds.
+//! fastshard, plain and encrypted, and by the real safetensors library; a
+//! corpus for the cargo-fuzz target too) and the small files
+//! `proptests::bases` builds.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};

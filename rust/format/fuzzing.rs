@@ -1,11 +1,11 @@
-//! One entry point that feeds bytes to every tensorizer parser, shared by the
+//! One entry point that feeds bytes to every parser of both formats, shared by the
 //! cargo-fuzz target (`fuzz/`, coverage-guided, nightly) and the stable,
 //! time-bounded mutation fuzzer that CI runs (`fuzz_tests.rs`). Any panic is
 //! a bug: bad input must come back as an error.
 
 use super::crypt::{self, Decryptor, Secret};
 use super::names::TensorName;
-use super::{hash, Dtype, FileHeader, Index, RecordHeader};
+use super::{hash, index_len, safetensors, Dtype, FileHeader, Index, RecordHeader};
 
 /// Parses `bytes` as a header, a name, a dtype, a record header and a whole
 /// file (index, then every record it points at: header checks, hashes and
@@ -13,6 +13,12 @@ use super::{hash, Dtype, FileHeader, Index, RecordHeader};
 #[doc(hidden)]
 pub fn exercise(bytes: &[u8]) {
     let _ = FileHeader::parse(bytes);
+    let _ = index_len(bytes);
+    // Directly too, so inputs that do not sniff as safetensors still reach
+    // its header-length and JSON paths.
+    for size in [None, Some(bytes.len() as u64)] {
+        let _ = safetensors::parse(bytes, size);
+    }
     // Names and dtypes are short fields inside a file; a whole file would
     // only spend the fuzzer's time on padding.
     let field = &bytes[..bytes.len().min(512)];
@@ -39,6 +45,20 @@ pub fn exercise(bytes: &[u8]) {
         };
         let _ = index.total_data_bytes();
         for e in &index.entries {
+            // What the planner relies on, whatever the format: every byte
+            // range inside the file, and data exactly the tensor's size
+            // (or none, for a meta tensor).
+            assert!(e.data_offset >= e.header_offset, "data before header");
+            if let Some(size) = size {
+                assert!(
+                    e.data_offset.saturating_add(e.data_length) <= size,
+                    "past the end"
+                );
+            }
+            assert!(
+                e.is_meta() || e.expected_nbytes() == Some(e.data_length),
+                "data length is not the tensor's size"
+            );
             let _ = (
                 e.numel(),
                 e.expected_nbytes(),

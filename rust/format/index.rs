@@ -1,12 +1,15 @@
-//! The index (tensorizer's "metadata"): one entry per tensor at the front of
-//! the file, so a single ranged read tells a reader where every tensor is.
-//! Parsing validates the entries against each other, because the planner
-//! turns them straight into byte ranges and destination sizes.
+//! The index: one entry per tensor at the front of the file, so a single
+//! ranged read tells a reader where every tensor is. Both formats produce
+//! it (tensorizer's "metadata" is parsed here, a safetensors header in
+//! `safetensors/`); `detect.rs` picks the parser from the bytes. Parsing
+//! validates the entries against each other, because the planner turns
+//! them straight into byte ranges and destination sizes.
 
 use super::cursor::Cursor;
 use super::dtype::Dtype;
 use super::header::{FileHeader, FLAGS_VERSION, PREAMBLE_LEN};
 use super::names::TensorName;
+use super::safetensors;
 use super::TensorType;
 use crate::error::{Error, Result};
 use std::collections::HashMap;
@@ -103,17 +106,32 @@ pub(crate) fn min_record_header_len(
         + if crypt { 8 } else { 0 }
 }
 
+/// What the file says about itself besides its tensors, by format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    Tensorizer(FileHeader),
+    Safetensors(safetensors::Header),
+}
+
 #[derive(Debug, Clone)]
 pub struct Index {
-    pub header: FileHeader,
+    pub layout: Layout,
     pub entries: Vec<TensorEntry>,
 }
 
 impl Index {
-    /// `buf` is the file from offset 0 and must hold the whole index region;
-    /// `file_size`, when known, lets entries pointing past EOF fail here
-    /// rather than as a short read later.
-    pub fn parse(buf: &[u8], file_size: Option<u64>) -> Result<Index> {
+    pub(crate) fn safetensors(header: safetensors::Header, entries: Vec<TensorEntry>) -> Index {
+        Index {
+            layout: Layout::Safetensors(header),
+            entries,
+        }
+    }
+
+    /// Parses a tensorizer file's header and index. `buf` is the file from
+    /// offset 0 and must hold the whole index region; `file_size`, when
+    /// known, lets entries pointing past EOF fail here rather than as a
+    /// short read later.
+    pub(crate) fn parse_tensorizer(buf: &[u8], file_size: Option<u64>) -> Result<Index> {
         let header = FileHeader::parse(buf)?;
         let index_end = header.index_end()?;
         let region = usize::try_from(index_end)
@@ -129,16 +147,19 @@ impl Index {
         Self::parse_region(header, region, file_size)
     }
 
-    /// As `parse`, from the file's first bytes `buf`, which may stop before
-    /// the end of the index region: what follows the last entry is padding
-    /// that no reader looks at (tensorizer reserves 256 KiB and fills a few),
-    /// so a reader need not fetch it. `Ok(None)`: the entries run past
-    /// `buf`, and more of the region is needed.
-    pub fn parse_prefix(buf: &[u8], file_size: Option<u64>) -> Result<Option<Index>> {
+    /// As `parse_tensorizer`, from the file's first bytes `buf`, which may
+    /// stop before the end of the index region: what follows the last entry
+    /// is padding that no reader looks at (tensorizer reserves 256 KiB and
+    /// fills a few), so a reader need not fetch it. `Ok(None)`: the entries
+    /// run past `buf`, and more of the region is needed.
+    pub(crate) fn parse_tensorizer_prefix(
+        buf: &[u8],
+        file_size: Option<u64>,
+    ) -> Result<Option<Index>> {
         let header = FileHeader::parse(buf)?;
         let index_end = header.index_end()?;
         if buf.len() as u64 >= index_end {
-            return Self::parse(buf, file_size).map(Some);
+            return Self::parse_tensorizer(buf, file_size).map(Some);
         }
         let region = buf.get(PREAMBLE_LEN..).unwrap_or_default();
         match entries_len(&header, region) {
@@ -188,15 +209,56 @@ impl Index {
             prev_end = entry.data_offset.saturating_add(entry.data_length);
             entries.push(entry);
         }
-        Ok(Index { header, entries })
+        Ok(Index {
+            layout: Layout::Tensorizer(header),
+            entries,
+        })
+    }
+
+    /// The tensorizer file header; `None` for another format.
+    pub fn tensorizer_header(&self) -> Option<&FileHeader> {
+        match &self.layout {
+            Layout::Tensorizer(h) => Some(h),
+            Layout::Safetensors(_) => None,
+        }
+    }
+
+    /// The format's name, for people ("tensorizer", "safetensors").
+    pub fn format_name(&self) -> &'static str {
+        match self.layout {
+            Layout::Tensorizer(_) => "tensorizer",
+            Layout::Safetensors(_) => "safetensors",
+        }
+    }
+
+    /// The tensorizer data version; `None` for a format without versions.
+    pub fn version(&self) -> Option<u32> {
+        self.tensorizer_header().map(|h| h.version)
+    }
+
+    /// The file's own key/value metadata (safetensors' `__metadata__`).
+    pub fn metadata(&self) -> &[(String, String)] {
+        match &self.layout {
+            Layout::Safetensors(h) => &h.metadata,
+            Layout::Tensorizer(_) => &[],
+        }
     }
 
     pub fn has_crypt_info(&self) -> bool {
-        self.header.has_crypt_info()
+        self.tensorizer_header()
+            .is_some_and(FileHeader::has_crypt_info)
+    }
+
+    /// Whether record headers carry hashes that a load can verify.
+    pub fn stores_hashes(&self) -> bool {
+        matches!(self.layout, Layout::Tensorizer(_))
     }
 
     pub fn index_end(&self) -> u64 {
-        (PREAMBLE_LEN as u64).saturating_add(self.header.metadata_len)
+        match &self.layout {
+            Layout::Tensorizer(h) => (PREAMBLE_LEN as u64).saturating_add(h.metadata_len),
+            Layout::Safetensors(h) => h.data_start(),
+        }
     }
 
     /// Position of the tensor with this flattened name. Linear: callers

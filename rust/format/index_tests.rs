@@ -327,8 +327,8 @@ fn a_prefix_with_every_entry_parses_without_the_padding() {
         for cut in [used, used + 1, f.len() - 1, f.len()] {
             let got = Index::parse_prefix(&f[..cut], None).unwrap().unwrap();
             assert_eq!(
-                (got.header, got.entries),
-                (whole.header.clone(), whole.entries.clone())
+                (got.tensorizer_header().cloned(), got.entries),
+                (whole.tensorizer_header().cloned(), whole.entries.clone())
             );
         }
         for cut in [PREAMBLE_LEN, PREAMBLE_LEN + 1, used - 1] {

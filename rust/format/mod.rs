@@ -1,8 +1,11 @@
-//! The tensorizer `.tensors` format (data versions 1–5), read and written over
-//! byte slices. Nothing here does IO: callers hand in the bytes they fetched,
-//! which keeps every parser fuzzable and usable from any source.
+//! Tensor file formats over byte slices: tensorizer `.tensors` (data
+//! versions 1–5, read and written) and safetensors (`safetensors/`, read).
+//! Both parse into one [`Index`]; the format is detected from the bytes
+//! (`detect.rs`), so nothing above this module knows which one it reads.
+//! Nothing here does IO: callers hand in the bytes they fetched, which keeps
+//! every parser fuzzable and usable from any source.
 //!
-//! Layout (all little-endian):
+//! Tensorizer layout (all little-endian):
 //! `[magic 5][file header 60][metadata_len u64][index entries + padding]`
 //! `[record 0]…[record N-1][u64 0]`, record = `[self-sized header][data]`.
 
@@ -11,6 +14,7 @@ mod crypt_info;
 mod crypt_key;
 mod crypt_params;
 pub mod cursor;
+pub mod detect;
 pub mod dtype;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -19,6 +23,7 @@ pub mod header;
 pub mod index;
 pub mod names;
 pub mod record;
+pub mod safetensors;
 mod secretbox;
 mod write_record;
 pub mod writer;
@@ -30,9 +35,10 @@ mod proptests;
 #[cfg(test)]
 mod test_util;
 
+pub use detect::{detect, index_len, Format};
 pub use dtype::Dtype;
 pub use header::{FileHeader, PREAMBLE_LEN};
-pub use index::{Index, TensorEntry};
+pub use index::{Index, Layout, TensorEntry};
 pub use names::{PathPart, TensorName};
 pub use record::{HashValue, RecordHeader};
 pub use writer::{IndexMode, WriteSpec};

@@ -41,7 +41,7 @@ pub fn write(specs: &[WriteSpec], data: &[Vec<u8>], mode: IndexMode) -> (Vec<u8>
 /// exactly `specs` and `data`.
 pub fn read_back(file: &[u8], specs: &[WriteSpec], data: &[Vec<u8>], layout: &WriteLayout) {
     let index = Index::parse(file, Some(file.len() as u64)).unwrap();
-    assert_eq!(index.header, layout.header);
+    assert_eq!(index.tensorizer_header(), Some(&layout.header));
     assert_eq!(index.entries.len(), specs.len());
     assert_eq!(file.get(file.len() - 8..), Some(&[0u8; 8][..]));
     for (((e, spec), d), rec) in index

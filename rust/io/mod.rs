@@ -16,6 +16,7 @@ mod ranged;
 pub mod retry;
 pub mod s3;
 mod sink;
+pub mod spanned;
 pub mod tls;
 
 use std::future::Future;
@@ -26,6 +27,7 @@ pub use file::FileSource;
 pub use http::HttpSource;
 pub use retry::RetryPolicy;
 pub use s3::{S3Options, S3Source};
+pub use spanned::Spanned;
 
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;

@@ -9,5 +9,5 @@ mod select;
 mod slice;
 
 pub use coalesce::{plan_reads, Part, PlanOptions, ReadPlan, Segment, Want};
-pub use select::{selection_wants, tensor_wants, Slot};
+pub use select::{selection_wants, tensor_wants, Selected, Slot};
 pub use slice::{slice_wants, sliced_shape, TensorSlice};

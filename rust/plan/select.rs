@@ -1,12 +1,22 @@
 //! From selected index entries to wanted byte ranges.
 //!
 //! Every selected tensor contributes its record header (read so it can be
-//! checked against the index and hashed) and its data. Both lie back to back
-//! in the file, so they coalesce into the same reads.
+//! checked against the index and hashed; safetensors has none) and its
+//! data. Both lie back to back in the file, so they coalesce into the same
+//! reads. A load may span several files: each entry comes with the offset
+//! where its file starts in the load's address space.
 
 use super::{slice_wants, TensorSlice, Want};
 use crate::error::Result;
-use crate::format::Index;
+use crate::format::TensorEntry;
+
+/// A selected tensor: its index entry, and where its file's bytes start in
+/// the load's address space (0 for a load of one file).
+#[derive(Debug, Clone, Copy)]
+pub struct Selected<'a> {
+    pub entry: &'a TensorEntry,
+    pub base: u64,
+}
 
 /// Where a wanted range lands: the record header or the data of the i-th
 /// selected tensor. Slot ids interleave them as `2i` and `2i + 1`.
@@ -40,20 +50,20 @@ impl Slot {
     }
 }
 
-/// Wanted ranges for the tensors `selection` (indices into `index.entries`).
-/// Meta and empty tensors have no data bytes, only a header.
-pub fn tensor_wants(index: &Index, selection: &[usize]) -> Vec<Want> {
-    let mut wants = Vec::with_capacity(selection.len() * 2);
-    for (i, &e) in selection.iter().enumerate() {
-        let entry = &index.entries[e];
+/// Wanted ranges for the `selected` tensors, in order. Meta and empty
+/// tensors have no data bytes, only a header (none, in safetensors).
+pub fn tensor_wants(selected: &[Selected<'_>]) -> Vec<Want> {
+    let mut wants = Vec::with_capacity(selected.len() * 2);
+    for (i, s) in selected.iter().enumerate() {
+        let entry = s.entry;
         wants.push(Want::whole(
-            entry.header_offset,
+            s.base.saturating_add(entry.header_offset),
             entry.data_offset - entry.header_offset,
             Slot::Header(i).id(),
         ));
         if entry.data_length > 0 {
             wants.push(Want::whole(
-                entry.data_offset,
+                s.base.saturating_add(entry.data_offset),
                 entry.data_length,
                 Slot::Data(i).id(),
             ));
@@ -67,18 +77,17 @@ pub fn tensor_wants(index: &Index, selection: &[usize]) -> Vec<Want> {
 /// data slot and no record header: the header's hashes cover the whole
 /// tensor, so it could not be checked against a part anyway.
 pub fn selection_wants(
-    index: &Index,
-    selection: &[usize],
+    selected: &[Selected<'_>],
     slices: &[Option<TensorSlice>],
 ) -> Result<Vec<Want>> {
     if slices.is_empty() {
-        return Ok(tensor_wants(index, selection));
+        return Ok(tensor_wants(selected));
     }
-    let mut wants = Vec::with_capacity(selection.len() * 2);
-    for (i, (&e, slice)) in selection.iter().zip(slices).enumerate() {
-        let entry = &index.entries[e];
+    let mut wants = Vec::with_capacity(selected.len() * 2);
+    for (i, (s, slice)) in selected.iter().zip(slices).enumerate() {
+        let entry = s.entry;
         match slice {
-            None => wants.extend(tensor_wants(index, &[e]).into_iter().map(|w| Want {
+            None => wants.extend(tensor_wants(&[*s]).into_iter().map(|w| Want {
                 slot: if w.slot == Slot::Header(0).id() {
                     Slot::Header(i).id()
                 } else {
@@ -90,7 +99,7 @@ pub fn selection_wants(
             Some(slice) => wants.extend(slice_wants(
                 &entry.shape,
                 entry.dtype.itemsize() as u64,
-                entry.data_offset,
+                s.base.saturating_add(entry.data_offset),
                 slice,
                 Slot::Data(i).id(),
             )?),

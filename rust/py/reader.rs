@@ -27,19 +27,38 @@ pub struct Reader {
 
 #[pymethods]
 impl Reader {
+    /// `members`: the files of a set opened as one (a checkpoint's shards),
+    /// `uri` then naming the set.
     #[new]
-    #[pyo3(signature = (uri, **opts))]
+    #[pyo3(signature = (uri, *, members=None, **opts))]
     fn new(
         py: Python<'_>,
         uri: &Bound<'_, PyAny>,
+        members: Option<Vec<Bound<'_, PyAny>>>,
         opts: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let loc = location_arg(uri)?;
+        let files = match members {
+            Some(m) => m.iter().map(location_arg).collect::<PyResult<Vec<_>>>()?,
+            None => vec![loc.clone()],
+        };
         let opts = options::parse(opts)?;
         let cancel = CancelToken::new();
-        let file =
-            run_blocking(py, &cancel, || TensorFile::open(&loc, &opts, &cancel))?.map_err(to_py)?;
+        let file = run_blocking(py, &cancel, || {
+            TensorFile::open_set(loc.display(), &files, &opts, &cancel)
+        })?
+        .map_err(to_py)?;
         Ok(Reader { file })
+    }
+
+    /// `(uri, file_size, tensor_count)` of each file, in the order their
+    /// tensors appear in `entries()`.
+    fn members(&self) -> Vec<(String, u64, usize)> {
+        self.file
+            .members()
+            .iter()
+            .map(|m| (m.uri().to_string(), m.size, m.index.entries.len()))
+            .collect()
     }
 
     #[getter]
@@ -52,9 +71,22 @@ impl Reader {
         self.file.size()
     }
 
+    /// The tensorizer data version; None for safetensors.
     #[getter]
-    fn version(&self) -> u32 {
-        self.file.index().header.version
+    fn version(&self) -> Option<u32> {
+        self.file.index().version()
+    }
+
+    /// "tensorizer" or "safetensors", as detected from the bytes.
+    #[getter]
+    fn format(&self) -> &'static str {
+        self.file.index().format_name()
+    }
+
+    /// The file's own string metadata (safetensors' `__metadata__`).
+    #[getter]
+    fn metadata(&self) -> Vec<(String, String)> {
+        self.file.index().metadata().to_vec()
     }
 
     /// Bytes read by `open` to learn the header and index (not part of any
@@ -72,7 +104,7 @@ impl Reader {
     /// One tuple per tensor, in file order (see `_native.pyi`).
     fn entries<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let list = PyList::empty(py);
-        for e in &self.file.index().entries {
+        for e in self.file.entries() {
             let path: Option<Bound<'py, PyList>> = match &e.name {
                 TensorName::Plain(_) => None,
                 TensorName::Path(parts) => {

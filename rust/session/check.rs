@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::{LoadOptions, TensorFile};
 use crate::cancel::CancelToken;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::exec::Landed;
 use crate::format::crypt::Opening;
 use crate::format::hash::RecordVerifier;
@@ -67,7 +67,9 @@ impl<'a> Checks<'a> {
     /// once its whole header has landed, or when it is complete.
     pub(super) fn step(&self, i: usize, landed: Landed) -> Result<()> {
         self.cancel.check()?;
-        let entry = &self.file.index.entries[self.selection[i]];
+        let entry = self.file.entry(self.selection[i]).ok_or_else(|| {
+            Error::invalid(format!("tensor index {} out of range", self.selection[i]))
+        })?;
         let mut p = self.state(i);
         let hlen = self.headers.get(i).1 as u64;
         if landed.upto < hlen && !landed.complete {
@@ -125,7 +127,7 @@ impl<'a> Checks<'a> {
             header,
             entry.header_offset,
             entry.long_dims,
-            self.file.index.has_crypt_info(),
+            self.file.index().has_crypt_info(),
         )?;
         record.check_matches(entry)?;
         if entry.is_meta() {

@@ -1,10 +1,11 @@
-//! Discovery: a file's size, header and index, read so that no slow
-//! connection carries more than its share. The first read is small and
-//! holds, for most files, every index entry: tensorizer reserves 256 KiB
+//! Discovery: a file's size, header and index (either format), read so that
+//! no slow connection carries more than its share. The first read is small
+//! and holds, for most files, every index entry: tensorizer reserves 256 KiB
 //! for its index, but each entry takes some 40-100 bytes and the rest of the
 //! region is padding that no reader looks at (`Index::parse_prefix`). Where
-//! the entries run past it, the rest of the region (its length is in the
-//! header) comes in parallel parts, one round trip more.
+//! the entries run past it (or a safetensors header is longer), the rest
+//! (its length is in the header) comes in parallel parts, one round trip
+//! more.
 
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use tokio::task::JoinSet;
 
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::format::{FileHeader, Index, PREAMBLE_LEN};
+use crate::format::{self, Index};
 use crate::io::RangeSource;
 
 /// The first read: the 73-byte preamble and ~800 tensors' entries, 33 ms
@@ -59,18 +60,9 @@ pub(super) async fn discover(
     })
 }
 
-/// Where the index region ends, after checking the file's first bytes
-/// hold a header and the file holds the region.
+/// Where the index ends (either format), after checking the file holds it.
 fn index_end(prefix: &[u8], size: u64) -> Result<u64> {
-    if prefix.len() < PREAMBLE_LEN {
-        return Err(Error::format(format!(
-            "file is truncated: {} bytes is shorter than the {PREAMBLE_LEN}-byte file header",
-            prefix.len()
-        ))
-        .with_range(prefix.len() as u64..PREAMBLE_LEN as u64));
-    }
-    let header = FileHeader::parse(prefix)?;
-    let index_end = header.index_end()?;
+    let index_end = format::index_len(prefix)?;
     if index_end > size {
         return Err(Error::format(format!(
             "file is truncated: the index ends at byte {index_end} but the file has {size} bytes"

@@ -12,6 +12,7 @@ use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, overlap, requests_for, runtime, ExecOptions, ExecStats, Items};
+use crate::io::PartSource;
 use crate::plan::{plan_reads, selection_wants, sliced_shape, ReadPlan, Slot, TensorSlice};
 
 /// A record header larger than this is treated as corrupt rather than
@@ -132,6 +133,13 @@ impl TensorFile {
             )));
         }
         let sliced = slices.iter().any(Option::is_some);
+        if opts.verify_hash && !self.index().stores_hashes() {
+            return Err(Error::invalid(format!(
+                "verify_hash=True, but {} files store no hashes: there is nothing to \
+                 check; load without verify_hash",
+                self.index().format_name()
+            )));
+        }
         if sliced && opts.verify_hash {
             return Err(Error::invalid(
                 "verify_hash needs whole tensors (tensorizer's hashes cover the full tensor); \
@@ -140,7 +148,7 @@ impl TensorFile {
             ));
         }
         // tensorizer refuses both mismatches too, before reading data.
-        match (self.index.has_crypt_info(), &opts.decryption) {
+        match (self.index().has_crypt_info(), &opts.decryption) {
             (true, None) => Err(Error::invalid(
                 "the file is encrypted: a decryption key (or passphrase) is needed",
             )),
@@ -169,15 +177,14 @@ impl TensorFile {
         let mut headers = Vec::with_capacity(selection.len());
         for (i, (&e, &(_, len))) in selection.iter().zip(dests).enumerate() {
             let entry = self
-                .index
-                .entries
-                .get(e)
+                .entry(e)
                 .ok_or_else(|| Error::invalid(format!("tensor index {e} out of range")))?;
+            let uri = self.uri_of(e);
             let slice = slices.get(i).and_then(Option::as_ref);
             let expected = match slice {
                 None => entry.expected_nbytes(),
                 Some(slice) => sliced_shape(&entry.shape, slice)
-                    .map_err(|err| err.with_tensor(entry.display_name()))?
+                    .map_err(|err| err.with_tensor(entry.display_name()).with_uri(uri))?
                     .iter()
                     .try_fold(entry.dtype.itemsize() as u64, |a, &d| a.checked_mul(d)),
             }
@@ -186,7 +193,8 @@ impl TensorFile {
                 return Err(Error::invalid(format!(
                     "destination buffer has {len} bytes, tensor needs {expected}"
                 ))
-                .with_tensor(entry.display_name()));
+                .with_tensor(entry.display_name())
+                .with_uri(uri));
             }
             if slice.is_some() {
                 headers.push(Vec::new());
@@ -198,7 +206,8 @@ impl TensorFile {
                     "record header of {header_len} bytes is implausible"
                 ))
                 .with_tensor(entry.display_name())
-                .with_range(entry.header_offset..entry.data_offset));
+                .with_range(entry.header_offset..entry.data_offset)
+                .with_uri(uri));
             }
             headers.push(vec![0u8; header_len as usize]);
         }
@@ -228,7 +237,15 @@ impl TensorFile {
             // within the budget by not bridging gaps it could not hold.
             plan_opts.gap_threshold = plan_opts.gap_threshold.min(budget);
         }
-        let wants = selection_wants(&self.index, req.selection, req.slices)?;
+        let selected = req
+            .selection
+            .iter()
+            .map(|&e| {
+                self.selected(e)
+                    .ok_or_else(|| Error::invalid(format!("tensor index {e} out of range")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let wants = selection_wants(&selected, req.slices)?;
         if opts.part_size.is_none() {
             // The plan's segments are exactly the wanted ranges, so their sum
             // sizes the parts before planning once.
@@ -325,13 +342,16 @@ impl TensorFile {
             opts,
             cancel,
         );
-        let uri = self.uri();
         let rt = runtime()?;
         overlap(
             items,
             threads,
             cancel,
-            |i, landed| checks.step(i, landed).map_err(|e| e.with_uri(uri)),
+            |i, landed| {
+                checks
+                    .step(i, landed)
+                    .map_err(|e| e.with_uri(self.uri_of(selection[i])))
+            },
             |on_landed| {
                 exec_opts.on_landed = Some(on_landed);
                 let source = Arc::clone(&self.source);

@@ -67,6 +67,11 @@ impl MappedFile {
     fn check(&self, entry: &TensorEntry, crypt: bool, verify_hash: bool) -> Result<()> {
         let header = self.bytes(entry.header_offset..entry.data_offset, "the record header")?;
         let data = self.bytes(entry.data_range(), "the tensor's data")?;
+        if header.is_empty() {
+            // A format without record headers (safetensors): its index
+            // alone describes the tensor, and it stores no hashes.
+            return Ok(());
+        }
         let record = RecordHeader::parse(header, entry.header_offset, entry.long_dims, crypt)
             .and_then(|r| r.check_matches(entry).map(|()| r))?;
         if verify_hash {
@@ -92,7 +97,17 @@ impl TensorFile {
         cancel: &CancelToken,
     ) -> Result<MappedFile> {
         let uri = self.uri();
-        let Some(file) = self.source.local_file() else {
+        let Some(single) = self.source.single() else {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                format!(
+                    "mmap=True maps one file; this load spans {} files: load it without mmap",
+                    self.members.len()
+                ),
+            )
+            .with_uri(uri));
+        };
+        let Some(file) = single.local_file() else {
             return Err(Error::new(
                 ErrorKind::Unsupported,
                 "only local files can be mapped (mmap=True); load a remote object \
@@ -100,7 +115,7 @@ impl TensorFile {
             )
             .with_uri(uri));
         };
-        if self.index.has_crypt_info() {
+        if self.index().has_crypt_info() {
             return Err(Error::new(
                 ErrorKind::Unsupported,
                 "an encrypted file cannot be mapped (mmap=True): its bytes are ciphertext; \
@@ -111,9 +126,7 @@ impl TensorFile {
         let entries = selection
             .iter()
             .map(|&e| {
-                self.index
-                    .entries
-                    .get(e)
+                self.entry(e)
                     .ok_or_else(|| Error::invalid(format!("tensor index {e} out of range")))
             })
             .collect::<Result<Vec<_>>>()
@@ -127,19 +140,19 @@ impl TensorFile {
         // checks, as plain bytes for which any value is valid.
         let map = unsafe { MmapOptions::new().map_copy(file) }
             .map_err(|e| Error::from_io(e, "cannot map the file").with_uri(uri))?;
-        if map.len() as u64 != self.size {
+        if map.len() as u64 != self.size() {
             return Err(Error::new(
                 ErrorKind::Changed,
                 format!(
                     "the file has {} bytes now, {} when it was opened",
                     map.len(),
-                    self.size
+                    self.size()
                 ),
             )
             .with_uri(uri));
         }
         let mapped = MappedFile { map };
-        let crypt = self.index.has_crypt_info();
+        let crypt = self.index().has_crypt_info();
         let check = |entry: &&TensorEntry| {
             cancel.check()?;
             mapped

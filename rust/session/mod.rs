@@ -1,22 +1,22 @@
-//! One opened tensorizer file: discovery, index, and loads of selected
-//! tensors into caller-owned memory. This is the facade the bindings use.
+//! One opened tensor file (either format: the index says nothing of which),
+//! or several opened as one (a checkpoint's shards): discovery, index, and
+//! loads of selected tensors into caller-owned memory, one plan and one
+//! executor over every file. This is the facade the bindings use.
 
 mod check;
 mod discover;
 mod load;
 mod mapped;
+mod open;
 
 pub use mapped::MappedFile;
 
 use std::sync::Arc;
 
-use crate::cancel::CancelToken;
-use crate::error::{Error, Result};
-use crate::exec::runtime;
 use crate::format::crypt::Decryptor;
-use crate::format::Index;
-use crate::io::{open_source, RangeSource, SourceOptions};
-use crate::location::Location;
+use crate::format::{Index, TensorEntry};
+use crate::io::{spanned, PartSource, Spanned};
+use crate::plan::Selected;
 
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
@@ -53,46 +53,89 @@ pub struct LoadStats {
     pub peak_host_bytes: u64,
 }
 
+/// One file of an opened set: where it is, its index and its size.
+pub struct Member {
+    uri: String,
+    pub index: Index,
+    pub size: u64,
+}
+
+impl Member {
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+}
+
+/// One opened file, or a set of files opened as one (the shards of a
+/// checkpoint): their tensors in one list, loaded by one plan.
 pub struct TensorFile {
-    source: Arc<dyn RangeSource>,
+    /// Each file its own source, behind the one the executor reads.
+    source: Arc<Spanned>,
+    members: Vec<Member>,
+    /// `(member, entry)` of each tensor: member by member, in file order.
+    catalog: Vec<(usize, usize)>,
     /// Time budget of each load (from the source options).
     deadline: Option<std::time::Duration>,
-    index: Index,
-    size: u64,
     discovery_stats: (u64, u64),
 }
 
 impl TensorFile {
-    /// Fetches and validates the header and index; stops once `cancel` is
-    /// cancelled or the source options' deadline passes.
-    pub fn open(loc: &Location, opts: &SourceOptions, cancel: &CancelToken) -> Result<TensorFile> {
-        let cancel = cancel.child_with_budget(opts.deadline);
-        let (source, found) = runtime()?.block_on(async {
-            let source = open_source(loc, opts).await?;
-            let found = discover::discover(&source, &cancel)
-                .await
-                .map_err(|e| e.with_uri(source.uri()))?;
-            Ok::<_, Error>((source, found))
-        })?;
-        Ok(TensorFile {
-            source,
-            deadline: opts.deadline,
-            discovery_stats: (found.requests, found.bytes),
-            index: found.index,
-            size: found.size,
-        })
-    }
-
+    /// The URI of the file, or the one a set was opened as.
     pub fn uri(&self) -> &str {
         self.source.uri()
     }
 
+    /// The first file's index: a single file's own. The files of a set
+    /// share a format and encryption (`open_set` checks it), so what it
+    /// says of those holds for all.
     pub fn index(&self) -> &Index {
-        &self.index
+        &self.members[0].index
     }
 
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    /// Bytes in all the files.
     pub fn size(&self) -> u64 {
-        self.size
+        self.members.iter().map(|m| m.size).sum()
+    }
+
+    /// Number of tensors in all the files.
+    pub fn len(&self) -> usize {
+        self.catalog.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.catalog.is_empty()
+    }
+
+    /// Tensor `i` of [`TensorFile::entries`].
+    pub fn entry(&self, i: usize) -> Option<&TensorEntry> {
+        let &(m, e) = self.catalog.get(i)?;
+        self.members.get(m)?.index.entries.get(e)
+    }
+
+    /// Every tensor, member by member, each member's in file order.
+    pub fn entries(&self) -> impl Iterator<Item = &TensorEntry> {
+        self.members.iter().flat_map(|m| &m.index.entries)
+    }
+
+    /// Tensor `i` as a plan takes it, with where its file's bytes start.
+    fn selected(&self, i: usize) -> Option<Selected<'_>> {
+        let &(m, _) = self.catalog.get(i)?;
+        Some(Selected {
+            entry: self.entry(i)?,
+            base: spanned::base(m),
+        })
+    }
+
+    /// The URI of the file that holds tensor `i`, for its errors.
+    fn uri_of(&self, i: usize) -> &str {
+        self.catalog
+            .get(i)
+            .and_then(|&(m, _)| self.members.get(m))
+            .map_or(self.uri(), Member::uri)
     }
 
     /// Requests and bytes spent on discovery (header and index reads).

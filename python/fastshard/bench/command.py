@@ -28,6 +28,7 @@ PRESETS = {
     "network-model": ("netmodel", "the throughput model for a real network (no loads)"),
     "ready": ("ready", "vllm serve to its first completion, fastshard vs vLLM's loaders"),
     "staging": ("staging", "what the CUDA staging ring costs on the CPU"),
+    "safetensors": ("safetensors", "a .safetensors file and an HF repo: Run:ai, load_file"),
 }
 EXIT_MISSING = 2
 

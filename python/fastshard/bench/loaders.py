@@ -13,7 +13,8 @@ of the file's page cache, copy-on-write), ``device`` (GPU memory), and
 ``none`` (a raw client that keeps no bytes: curl to /dev/null).
 
 Spec fields: ``uri`` (a path, ``s3://`` or ``http(s)://``; for per-rank
-files a ``%03d`` template), ``path``/``url`` (the raw clients), ``opts``
+files a ``%03d`` template; for fastshard also an HF checkpoint's directory
+or prefix), ``uris`` (Run:ai: a checkpoint's files), ``path``/``url`` (the raw clients), ``opts``
 (keyword arguments of the loader's open call), ``rank``/``world_size`` with
 ``shard_specs`` (name → dim) for one rank's share, ``cooperative``,
 ``verify_hash``, ``key_hex`` (the raw 32-byte key of an encrypted file), and
@@ -223,10 +224,14 @@ def _runai(spec: dict[str, Any]) -> Result:
 
     sd = {}
     with SafetensorsStreamer() as streamer:
-        streamer.stream_file(spec["uri"])
+        if "uris" in spec:  # the files of a checkpoint, streamed as one
+            streamer.stream_files(spec["uris"])
+        else:
+            streamer.stream_file(spec["uri"])
         for name, tensor in streamer.get_tensors():
             sd[name] = tensor.clone()  # as vLLM's loader does: the streamer reuses its buffer
-    return _slices(sd, spec), {}
+    # It streams every tensor whole, whatever share of them a rank keeps.
+    return _slices(sd, spec), {"bytes_fetched": sum(t.nbytes for t in sd.values())}
 
 
 def _safetensors(spec: dict[str, Any]) -> Result:

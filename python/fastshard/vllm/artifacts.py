@@ -2,7 +2,8 @@
 ``*.py``): copied beside the weights when serializing, listed in
 ``fastshard-artifacts.json`` there, and fetched back into a local cache by
 ``fastshard serve`` (vLLM needs them on local disk; object stores cannot be
-listed through fastshard, so the index says what to fetch).
+listed through fastshard, so the index says what to fetch; a Hugging Face
+repo copied as it is has no index, and its well-known file names are tried).
 
 The cache is per node: one directory per prefix under ``cache_root()``,
 filled under a file lock, and a file already there with the listed size and
@@ -33,6 +34,26 @@ INDEX_FORMAT = "fastshard-artifacts"
 INDEX_VERSION = 1
 MAX_ARTIFACT_BYTES = 256 << 20  # tokenizers are tens of MB at most
 CACHE_ENV = "FASTSHARD_CACHE_DIR"
+
+# The non-weight files of a Hugging Face model repo that vLLM may read
+# (config, generation config, every tokenizer flavour, chat templates,
+# processors): what a repo without fastshard's index is fetched for.
+HF_ARTIFACTS = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+)
 
 # What vLLM's serialize_extra_artifacts leaves out, plus weights of any kind
 # and fastshard's own files: everything else at the top of the model
@@ -132,16 +153,12 @@ def _matches(path: Path, size: int, digest: str) -> bool:
         return False
 
 
-def _read_index(prefix: str, opts: dict[str, Any]) -> list[tuple[str, int, str]]:
+def _read_index(prefix: str, opts: dict[str, Any]) -> list[tuple[str, int, str]] | None:
     """``(name, size, sha256)`` of every artifact ``prefix``'s index lists,
-    every name checked to stay inside a directory."""
+    every name checked to stay inside a directory; None without an index."""
     raw = _native.read_object(prefix + INDEX_NAME, max_bytes=4 << 20, **opts)
     if raw is None:
-        raise NotFoundError(
-            f"{prefix}{INDEX_NAME} does not exist: serialize the model with fastshard "
-            "(fastshard.vllm.serialize), which writes it",
-            uri=prefix + INDEX_NAME,
-        )
+        return None
     try:
         index = json.loads(raw)
         if index.get("format") != INDEX_FORMAT or index.get("version") != INDEX_VERSION:
@@ -152,13 +169,42 @@ def _read_index(prefix: str, opts: dict[str, Any]) -> list[tuple[str, int, str]]
     return [(safe_name(name), size, digest) for name, size, digest in entries]
 
 
+def _fetch_hf_files(prefix: str, cache_dir: Path, opts: dict[str, Any]) -> list[Path]:
+    """A Hugging Face repo copied to the store as it is has no index: fetch
+    the files such a repo holds besides its weights (HF_ARTIFACTS; those
+    missing skipped, config.json required). With nothing to check them
+    against, they are fetched again on every start (they are small)."""
+    with _locked(cache_dir):
+        cache_dir.mkdir(exist_ok=True)
+        out = []
+        for name in HF_ARTIFACTS:
+            data = _native.read_object(prefix + name, max_bytes=MAX_ARTIFACT_BYTES, **opts)
+            if data is None:
+                if name == "config.json":
+                    raise NotFoundError(
+                        f"{prefix} has neither {INDEX_NAME} (serialize the model with "
+                        "fastshard, which writes it) nor config.json (a Hugging Face repo)",
+                        uri=prefix + INDEX_NAME,
+                    )
+                continue
+            target = cache_dir / name
+            tmp = target.with_name(f".{name}.part")
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+            out.append(target)
+        return out
+
+
 def fetch_artifacts(prefix: str, cache_dir: Path, opts: dict[str, Any]) -> list[Path]:
     """Fetch the artifacts listed in ``prefix``'s index into ``cache_dir``
     (under its lock), each checked against its size and SHA-256, skipping
     those already there; returns their paths. Every name is checked before
-    anything is written."""
+    anything is written. A prefix without an index that holds a Hugging
+    Face repo gets its known non-weight files."""
     prefix = _location.as_directory(prefix)
     entries = _read_index(prefix, opts)
+    if entries is None:
+        return _fetch_hf_files(prefix, cache_dir, opts)
     with _locked(cache_dir):
         cache_dir.mkdir(exist_ok=True)
         root = cache_dir.resolve()

@@ -1,6 +1,8 @@
 """The vLLM model loader behind ``--load-format fastshard`` (and ``tensorizer``).
 
-Two layouts of weights:
+The weights are tensorizer files, or safetensors: a Hugging Face checkpoint
+(the model directory itself, or its copy under an S3 prefix) opens as one
+file (fastshard._hf) and loads in the ``hf`` layout. Two layouts of weights:
 
 - ``vllm``: one file per rank of a vLLM module's parameters, with a
   ``.vllm_tensorized_marker``. The file of this worker (``ranks.py``) is
@@ -13,8 +15,8 @@ Two layouts of weights:
   methods and attention layers rebuild their derived state (vLLM's
   tensorizer loader skips this step: its bug #55198) and methods that
   cannot take processed weights fail loudly.
-- ``hf``: one unsharded file of a Hugging Face model (HF names, full
-  tensors), fed to ``model.load_weights`` (``hf.py``), whose weight loaders
+- ``hf``: one unsharded file (or HF checkpoint) of a Hugging Face model (HF
+  names, full tensors), fed to ``model.load_weights`` (``hf.py``), whose weight loaders
   take each rank's slice; with ``cooperative`` the TP group fetches the file
   once between its ranks.
 
@@ -67,6 +69,7 @@ class Plan:
 
     uri: str
     file: str
+    format: str  # "tensorizer" or "safetensors"
     layout: str  # "vllm" or "hf"
     ranks: _ranks.Ranks
     markers: dict[str, tuple[int, ...]]  # the marker tensors the file has, by name
@@ -79,7 +82,7 @@ class Plan:
 
 
 class FastshardModelLoader(BaseModelLoader):
-    """Loads tensorizer-format weights with fastshard (see the module doc)."""
+    """Loads tensorizer or safetensors weights with fastshard (see the module doc)."""
 
     def __init__(self, load_config: LoadConfig) -> None:
         super().__init__(load_config)
@@ -154,7 +157,7 @@ class FastshardModelLoader(BaseModelLoader):
             markers = {
                 i.name.lstrip("."): i.shape for i in f.infos() if i.name.lstrip(".") in _MARKERS
             }
-            file = f.uri
+            file, fmt = f.uri, f.format
         layout = self.config.layout
         if layout == "auto":
             layout = "vllm" if per_rank or MARKER in markers else "hf"
@@ -170,7 +173,7 @@ class FastshardModelLoader(BaseModelLoader):
             raise InvalidArgumentError(
                 f"{file} is a per-rank file; layout='hf' needs one unsharded file", uri=file
             )
-        return Plan(uri, file, layout, ranks, markers, per_rank)
+        return Plan(uri, file, fmt, layout, ranks, markers, per_rank)
 
     # -- loading ---------------------------------------------------------------
     def _load_vllm(self, model: nn.Module, plan: Plan) -> LoadStats:
@@ -218,9 +221,10 @@ def _summary(plan: Plan, stats: LoadStats, seconds: float, cooperative: bool) ->
         route += ", cooperative"
     gbps = stats.bytes_fetched / seconds / 1e9 if seconds > 0 else 0.0
     log.info(
-        "fastshard: loaded %s (tensorizer format, %s, file rank %d of %d, TP rank %d of %d): "
+        "fastshard: loaded %s (%s format, %s, file rank %d of %d, TP rank %d of %d): "
         "%d bytes fetched by this rank (%.1f MiB) in %.2f s, %.2f GB/s, %d requests, %d retries",
         plan.file,
+        plan.format,
         route,
         plan.ranks.file_rank,
         plan.ranks.file_count,
