@@ -9,7 +9,7 @@ from typing import Any, Unpack
 
 import torch
 
-from . import _dispatch, _hf, _mapped, _native, _options, _torch, packed, shard, tp
+from . import _dispatch, _hf, _mapped, _options, _torch, packed, shard, tp
 from ._budget import Budget
 from ._engine import Engine
 from ._index import Index
