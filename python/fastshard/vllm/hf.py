@@ -1,11 +1,15 @@
-"""HF-layout weights (one unsharded file, Hugging Face names) fed to vLLM's
-``model.load_weights``: in bounded batches, cooperatively when asked, with
-the source module's non-persistent buffers left out and vLLM's refusals
-turned into fastshard errors that name the file, the tensor and its bytes.
+"""HF-layout weights (one unsharded file or HF checkpoint, Hugging Face
+names) fed to vLLM's ``model.load_weights``: in bounded batches,
+cooperatively when asked, with the source module's non-persistent buffers
+left out and vLLM's refusals turned into fastshard errors that name the
+file, the tensor and its bytes. At TP > 1 without ``cooperative``, each
+large weight is handed over unread (``lazy.LazyWeight``): the weight
+loader's ``narrow`` reads just this rank's part of it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -15,13 +19,19 @@ from torch import nn
 
 import fastshard
 
+from .. import tp
 from .._types import LoadStats
 from ..errors import InvalidArgumentError
 from . import ranks as _ranks
+from .lazy import LazyWeight
 
 log = logging.getLogger("vllm.fastshard")
 
 BATCH_BYTES = 1 << 30
+# Weights at least this large (and 2-D or more) are read lazily at TP > 1:
+# smaller ones (norms, biases) are read whole, batched, where one request
+# costs more than the bytes a slice would save.
+LAZY_MIN_BYTES = 1 << 20
 
 # Buffers that transformers' modules register with persistent=False: never
 # in a checkpoint, but tensorizer's write_module (which the tensorizer docs
@@ -97,8 +107,23 @@ class Feed:
                 ", ".join(sorted(skipped)),
             )
         self.infos = [i for i in infos if i.name.lstrip(".") not in skipped]
+        # Slices cannot be hash-checked (hashes cover whole tensors) nor
+        # read from encrypted files (chunks are sealed whole): read those whole.
+        sliceable = not (f.verify_hash or f.encrypted)
+        self.lazy = ranks.tp_size > 1 and not self.share and sliceable
+
+    def _is_lazy(self, info: fastshard.TensorInfo) -> bool:
+        return self.lazy and len(info.shape) >= 2 and info.nbytes >= LAZY_MIN_BYTES
+
+    def _read(self, info: fastshard.TensorInfo, sl: tp.Slice | None) -> torch.Tensor:
+        """One tensor of the file, whole (``sl`` None) or a slice of it."""
+        out = torch.empty(tp.sliced_shape(info.shape, sl), dtype=info.dtype)
+        self.stats.add(self.f.fill([self.f.index_of(info.name)], [out], [sl]))
+        return out
 
     def _load(self, batch: list[fastshard.TensorInfo]) -> dict[Any, Any]:
+        if not batch:
+            return {}
         names = [i.name for i in batch]
         if self.share:
             state = self.f.load_state_dict(
@@ -120,11 +145,17 @@ class Feed:
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
         for batch in _batches(self.infos, self.limit):
-            state = self._load(batch)
+            state = self._load([i for i in batch if not self._is_lazy(i)])
             for info in batch:
                 self.current = info
+                if self._is_lazy(info):
+                    weight: torch.Tensor = LazyWeight(
+                        info.shape, info.dtype, functools.partial(self._read, info)
+                    )
+                else:
+                    weight = state.pop(info.name)
                 # write_module's root tensors are named ".name"
-                yield info.name.lstrip("."), state.pop(info.name)
+                yield info.name.lstrip("."), weight
         self.current = None
 
     def refused(self, model: nn.Module, error: Exception) -> Exception:
