@@ -68,7 +68,8 @@ def group_of(group: Any, rank: int, world_size: int) -> Any:
 
 
 def _name(group: Any) -> str:
-    return str(getattr(group, "group_name", "") or "world")
+    g = group if group is not None else dist.group.WORLD
+    return str(getattr(g, "group_name", "") or "world")
 
 
 def _flag(group: Any, n: int) -> str:
