@@ -20,7 +20,6 @@ failure that every rank agreed on leaves the group usable for the next.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -184,12 +183,13 @@ class Link:
     def agree(self, error: BaseException | None) -> None:
         """Every rank reports whether it may go on; if one may not, all
         raise (the failed rank its own error)."""
-        mine = b"" if error is None else _message(error).encode()
-        reports = self.gather(json.dumps(mine.decode()).encode() if mine else b"")
+        # An empty report is "go on": a failure's message is never empty.
+        reports = self.gather(b"" if error is None else _message(error).encode())
         if error is not None:
             raise error
         for rank, report in enumerate(reports):
             if report:
                 raise PeerFailedError(
-                    f"cooperative load stopped: rank {rank} failed: {json.loads(report)}"
+                    f"cooperative load stopped: rank {rank} failed: "
+                    f"{report.decode(errors='replace')}"
                 )

@@ -97,7 +97,7 @@ def _key(raw: Any) -> cp.Key:
     return None if raw is None else (int(raw[0]), tuple((int(a), int(n)) for a, n in raw[1]))
 
 
-class _Round:
+class _Schedule:
     """The buffer sizes of every owner's batches and every part each rank
     sends or receives, the same on every rank."""
 
@@ -153,7 +153,7 @@ def load(f: TensorSource, items: list[Item], link: Link) -> LoadStats:
 def _load(f: TensorSource, items: list[Item], link: Link) -> LoadStats:
     rank, ws = link.rank, link.world_size
     cap = f.budget.cooperative_batch(ws)
-    plan = _Round(f, _share_plan(f, link, items, cap), cap, rank)
+    plan = _Schedule(f, _share_plan(f, link, items, cap), cap, rank)
     by_key: dict[tuple[int, cp.Key], list[Item]] = {}
     for it in items:
         by_key.setdefault((it.index, cp.key_of(it.slice)), []).append(it)
@@ -199,7 +199,7 @@ def _load(f: TensorSource, items: list[Item], link: Link) -> LoadStats:
 
 def _exchange(
     f: TensorSource,
-    plan: _Round,
+    plan: _Schedule,
     link: Link,
     k: int,
     own: torch.Tensor,
@@ -232,8 +232,8 @@ def _exchange(
     return works, inbox, sum(in_sizes), at + sum(out_sizes)
 
 
-def _pack(f: TensorSource, plan: _Round, k: int, own: torch.Tensor, send: torch.Tensor) -> None:
-    """This rank's parts for every peer, laid out as ``_Round.parts`` says."""
+def _pack(f: TensorSource, plan: _Schedule, k: int, own: torch.Tensor, send: torch.Tensor) -> None:
+    """This rank's parts for every peer, laid out as ``_Schedule.parts`` says."""
     batch = plan.batch(plan.rank, k)
     offsets = dict(zip(map(id, batch), cp.layout(batch)[0], strict=True))
     at = 0
@@ -248,7 +248,7 @@ def _pack(f: TensorSource, plan: _Round, k: int, own: torch.Tensor, send: torch.
 
 def _place(
     f: TensorSource,
-    plan: _Round,
+    plan: _Schedule,
     k: int,
     own: torch.Tensor,
     recv_area: torch.Tensor,
