@@ -89,8 +89,13 @@ def abandon(group: Any, rank: int, error: BaseException) -> None:
 
 
 def _set(group: Any, key: str, message: str) -> None:
+    """Raise the flag ``key`` with ``message``, unless a rank raised it
+    first: the first failure is the cause, the ones it caused in other
+    ranks (connections closed by ranks that stopped) are not."""
     try:
-        dist.distributed_c10d._get_default_store().set(key, message)
+        store = dist.distributed_c10d._get_default_store()
+        if store.add(f"{key}/count", 1) == 1:
+            store.set(key, message)
     except Exception:  # noqa: BLE001 - the store may be gone with a dead rank
         pass
 
@@ -142,6 +147,7 @@ class Link:
             try:
                 w.wait()
             except RuntimeError as e:
+                self.check()  # a rank that stopped first names the cause
                 error = PeerFailedError(
                     f"cooperative load stopped: the exchange with the other ranks failed "
                     f"({e}); a rank has probably died"
