@@ -190,7 +190,12 @@ class Link:
         """Every rank reports whether it may go on; if one may not, all
         raise (the failed rank its own error)."""
         # An empty report is "go on": a failure's message is never empty.
-        reports = self.gather(b"" if error is None else _message(error).encode())
+        try:
+            reports = self.gather(b"" if error is None else _message(error).encode())
+        except PeerFailedError:
+            if error is not None:
+                raise error from None  # this rank's own failure says more
+            raise
         if error is not None:
             raise error
         for rank, report in enumerate(reports):
