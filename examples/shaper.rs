@@ -11,12 +11,20 @@
 //! `--service-slots` requests at a time and the rest queue for a slot, so
 //! many small requests cost more than a few large ones.
 //!
+//! A node cap (`--node-mbps`) is one bandwidth shared by every connection,
+//! as a node's NIC is: the connections of every process on the node take
+//! turns on one clock, so however many readers a loader opens, together
+//! they get no more, and bytes that several ranks of the node each fetch
+//! cost each of them.
+//!
 //! ```text
 //! shaper --upstream 127.0.0.1:8333 [--latency-ms 50] [--jitter-ms 0]
-//!        [--rate-mbps 25] [--service-ms 0] [--service-slots 1] [--stats PATH]
+//!        [--rate-mbps 25] [--node-mbps 0] [--service-ms 0] [--service-slots 1]
+//!        [--stats PATH]
 //! ```
 //! Prints `listening 127.0.0.1:PORT` once ready. `--rate-mbps` is megabytes
-//! (10^6) per second per connection, 0 for none; `--service-slots 0` serves
+//! (10^6) per second per connection, 0 for none; `--node-mbps` the same for
+//! all connections together, 0 for none; `--service-slots 0` serves
 //! every request at once (each still pays its service time). With
 //! `--stats`, a JSON line of counters (connections, most open at once,
 //! requests, most waiting for service at once, bytes) is rewritten there
@@ -27,7 +35,7 @@
 //! cores; the proxy must never be what binds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
@@ -46,6 +54,41 @@ struct Shape {
     /// The store's request slots, shared by every connection; `None`:
     /// every request is served at once.
     slots: Option<Arc<Semaphore>>,
+    /// The node's bandwidth, shared by every connection; `None`: no cap.
+    node: Option<Arc<Link>>,
+}
+
+/// One bandwidth that every connection draws from: the time at which the
+/// link is free again. A chunk books its transfer time after the bookings
+/// before it and waits for its end, so the connections share the rate
+/// (first come, first served, in chunks of at most `CHUNK`).
+struct Link {
+    /// Bytes per second.
+    rate: f64,
+    free_at: Mutex<Instant>,
+}
+
+impl Link {
+    fn new(rate: f64) -> Self {
+        Link {
+            rate,
+            free_at: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// The instant `n` more bytes have crossed the link. An idle link keeps
+    /// at most `BURST` of credit, as a real one has no more.
+    fn book(&self, n: usize) -> Instant {
+        // A poisoned lock only means another connection's task panicked
+        // while holding it; the instant inside is still valid.
+        let mut free_at = self.free_at.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if *free_at + BURST < now {
+            *free_at = now - BURST;
+        }
+        *free_at += Duration::from_secs_f64(n as f64 / self.rate);
+        *free_at
+    }
 }
 
 impl Shape {
@@ -181,6 +224,11 @@ async fn responses(
             next += Duration::from_secs_f64(n as f64 / shape.rate);
             tokio::time::sleep_until(next.into()).await;
         }
+        if let Some(node) = &shape.node {
+            // After the connection's own pacing, so a connection waiting for
+            // its own rate holds no share of the node's.
+            tokio::time::sleep_until(node.book(n).into()).await;
+        }
         if to.write_all(&buf[..n]).await.is_err() {
             break;
         }
@@ -216,12 +264,14 @@ async fn main() {
     let args: Vec<String> = std::env::args().collect();
     let upstream = arg(&args, "--upstream").expect("--upstream HOST:PORT is required");
     let slots = num(&args, "--service-slots", 1.0) as usize;
+    let node = num(&args, "--node-mbps", 0.0) * 1e6;
     let shape = Shape {
         latency: Duration::from_secs_f64(num(&args, "--latency-ms", 50.0) / 1e3),
         jitter: Duration::from_secs_f64(num(&args, "--jitter-ms", 0.0) / 1e3),
         rate: num(&args, "--rate-mbps", 25.0) * 1e6,
         service: Duration::from_secs_f64(num(&args, "--service-ms", 0.0) / 1e3),
         slots: (slots > 0).then(|| Arc::new(Semaphore::new(slots))),
+        node: (node > 0.0).then(|| Arc::new(Link::new(node))),
     };
     let listen = arg(&args, "--listen").unwrap_or_else(|| "127.0.0.1:0".into());
     let listener = TcpListener::bind(&listen).await.expect("cannot bind");

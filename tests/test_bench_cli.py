@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from servers import MissingBinary, require_binary
+from servers import MissingBinary, require_binary, require_shaper
 
 from fastshard.bench.loaders import RETURNS
 
@@ -181,6 +181,32 @@ def test_tp_preset_tiny_run_checks_every_rank(tmp_path: Path) -> None:
         for res in results:
             assert [r["verified"] for r in res["ranks"]] == [True, True], key
     assert "| per-rank |" in (tmp_path / "table.md").read_text()
+
+
+@pytest.mark.s3
+def test_tp_preset_under_a_node_cap_counts_bytes_through_it_and_exchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """World size 4 from one object through the shaping proxy's node cap:
+    every mode's bytes crossed the cap, and only the cooperative ranks
+    exchanged any; each rank's data checked."""
+    require_binary("weed")
+    monkeypatch.setenv("FASTSHARD_SHAPER", require_shaper())
+    done = bench(
+        tmp_path, "--preset", "tp", "--size-gib", "0.01", "--world-size", "4",
+        "--node-mbps", "400", "--latency-ms", "1",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs = json.loads((tmp_path / "runs.json").read_text())
+    modes = {key.split("/")[1] for key in runs}
+    assert {"per-rank", "packed", "unsharded", "cooperative"} <= modes
+    for key, results in runs.items():
+        for res in results:
+            assert [r["verified"] for r in res["ranks"]] == [True] * 4, key
+            assert res["bytes_through_cap"] >= res["bytes_fetched"], (key, res)
+            exchanged = res["bytes_received"]
+            assert exchanged > 0 if key.endswith("/cooperative") else exchanged == 0, key
+    assert "through the cap" in (tmp_path / "table.md").read_text()
 
 
 def test_the_shaping_proxy_is_found_never_built(

@@ -50,6 +50,7 @@ def shaped(request: pytest.FixtureRequest, shaper_binary: str, tmp_path: Path) -
         rate_mbps: float = 25,
         service_ms: float = 0,
         service_slots: int = 1,
+        node_mbps: float = 0,
     ) -> Any:
         root = tmp_path / f"shaper{len(started)}"
         shaper = Shaper(
@@ -59,6 +60,7 @@ def shaped(request: pytest.FixtureRequest, shaper_binary: str, tmp_path: Path) -
             rate_mbps=rate_mbps,
             service_ms=service_ms,
             service_slots=service_slots,
+            node_mbps=node_mbps,
         )
         started.append(shaper.start(shaper_binary))
         uri = files[name].uris[transport]
@@ -93,6 +95,20 @@ def test_the_proxy_really_delays_and_caps(shaped: Shaped) -> None:
     assert stats.seconds >= stats.bytes_fetched / 25e6
     assert stats.seconds >= 0.04 * stats.requests
     assert stats.concurrency == 1
+
+
+def test_the_node_cap_binds_every_connection_together(shaped: Shaped) -> None:
+    """node_mbps: one bandwidth for all connections (a node's NIC). Eight
+    connections at 25 MB/s each would move 200 MB/s; under a 20 MB/s node
+    cap the load takes at least its bytes at 20 MB/s, and the proxy counts
+    every byte that crossed it."""
+    shaper, uri, opts = shaped("tz-big", latency_ms=5, rate_mbps=25, node_mbps=20)
+    with fastshard.open(uri, concurrency=8, part_size_bytes=2 * MiB, **opts) as f:
+        f.load_state_dict()
+        stats = f.stats
+    assert stats.concurrency > 1
+    assert stats.seconds >= stats.bytes_fetched / 20e6
+    assert _settled(shaper, "bytes_down", stats.bytes_fetched)["bytes_down"] >= stats.bytes_fetched
 
 
 def test_the_service_time_delays_each_request_in_its_slot(shaped: Shaped, corpus: Any) -> None:

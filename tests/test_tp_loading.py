@@ -147,8 +147,24 @@ def _rank_main(rank: int, ws: int, uris: dict[str, str], opts: dict[str, Any], o
             **opts,
         )
         check_model(model, full, rank, ws)
-        report["cooperative"] = {"fetched": stats.bytes_fetched, "peak": stats.peak_host_bytes}
+        report["cooperative"] = {
+            "fetched": stats.bytes_fetched,
+            "received": stats.bytes_received,
+            "peak": stats.peak_host_bytes,
+        }
         report["budget"] = budget
+        # The same as a state dict: the dim-0 splits sliced, the rest whole
+        # (so replicated for this load), within a budget of its own.
+        with fastshard.open(uris["full"], max_host_bytes=budget, **opts) as f:
+            sd = f.load_state_dict(rank=rank, world_size=ws, shard_specs=SD_SPECS, cooperative=True)
+            received = f.stats.bytes_received
+        for name, t in full.items():
+            want = ref_slice(name, t, rank, ws) if name in DIM0 else t
+            assert _same_bits(sd[name], want.contiguous()), f"rank {rank}: {name}"
+        report["cooperative_sd"] = {
+            "received": received,
+            "share": sum(t.nbytes for t in sd.values()),
+        }
         Path(out, f"rank{rank}.json").write_text(json.dumps(report))
     finally:
         dist.destroy_process_group()
@@ -195,6 +211,13 @@ def test_every_layout_at_world_size(ws: int, tp_objects: dict[str, Any], tmp_pat
             assert r[layout]["fetched"] <= 1.02 * r[layout]["share"], (layout, r)
         assert r["dim0"]["fetched"] <= 1.02 * r["dim0"]["share"], r
         assert r["cooperative"]["peak"] <= r["budget"], r
+        # From the other ranks a rank receives its own slices and the
+        # replicated tensors, nothing more (less what it fetched itself).
+        share = r["per_rank"]["share"]
+        assert r["cooperative"]["received"] <= 1.05 * share, r
+        assert r["cooperative_sd"]["received"] <= 1.05 * r["cooperative_sd"]["share"], r
+        if ws > 1:
+            assert r["cooperative"]["received"] > 0, r
     total_coop = sum(r["cooperative"]["fetched"] for r in reports)
     assert total_coop <= 1.02 * tp_objects["size"], (total_coop, tp_objects["size"])
     if ws > 1:

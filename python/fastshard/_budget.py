@@ -44,8 +44,9 @@ class Budget:
 
     def cooperative_batch(self, world_size: int) -> int:
         """Bytes of one rank's batch in a cooperative round: a round holds
-        one per rank, plus this rank's next one and its fetch's scratch."""
-        return max(1, (self.limit or COOPERATIVE_BYTES) // (world_size + 2))
+        one per rank, the parts this rank sends, its next batch and that
+        fetch's scratch."""
+        return max(1, (self.limit or COOPERATIVE_BYTES) // (world_size + 3))
 
     def or_default(self, default: int) -> int:
         """The budget, or ``default`` when there is none (a batch size)."""

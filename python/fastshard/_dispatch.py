@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from . import _ring, _torch, tp
+from . import _peers, _ring, _torch, tp
 from . import cooperative as _coop
 from ._engine import Engine
 from ._types import LoadStats
@@ -45,43 +45,46 @@ class Job:
 
 def group_for(
     cooperative: bool, group: Any, sliced: bool, rank: int | None, world_size: int | None
-) -> Any | None:
+) -> _peers.Link | None:
     """The process group a load shares its fetch with, None when it loads
     alone. Only a sliced load (every rank wanting parts of one unsharded
     file) is worth sharing; per-rank files and packed objects are not."""
     if not sliced or not (cooperative or group is not None):
         return None
-    return _coop.group_of(group, rank or 0, world_size or 1)
+    rank, world_size = rank or 0, world_size or 1
+    return _peers.Link(_peers.group_of(group, rank, world_size), rank, world_size)
 
 
 @contextmanager
-def planning(group: Any | None) -> Iterator[None]:
+def planning(link: _peers.Link | None) -> Iterator[None]:
     """Around a cooperative load's planning: a rank that fails tells the
     others, which then raise too (a collective: every rank goes through it
     before ``load``)."""
     try:
         yield
     except FastshardError as e:
-        if group is not None:
-            _coop.agree(group, e)
+        if link is not None:
+            link.agree(e)
+        raise
+    except BaseException as e:
+        if link is not None:
+            link.fail(e)
         raise
 
 
 def load(
     engine: Engine,
     jobs: Sequence[Job],
-    group: Any | None = None,
-    rank: int | None = None,
-    world_size: int | None = None,
+    link: _peers.Link | None = None,
 ) -> LoadStats:
     """Fill every job's destination, with its progress bar; the caller
     closes the books (``Engine.finish``) once the result is built."""
     total = sum(_torch.nbytes(j.shape, engine.info_at(j.index).dtype) for j in jobs)
     with engine.loading(total):
-        if group is not None:
-            _coop.agree(group, None)
+        if link is not None:
+            link.agree(None)
             items = [_coop.Item(j.index, j.slice, j.dest) for j in jobs]
-            return _coop.load(engine, items, rank or 0, world_size or 1, group)
+            return _coop.load(engine, items, link)
         stats = LoadStats()
         direct = [j for j in jobs if j.in_place]
         if direct:

@@ -61,7 +61,9 @@ class LoadStats:
     the first read), ``fetch_seconds`` (time in native loads) and
     ``copy_seconds`` (the calling thread copying or casting staged bytes
     and waiting for device copies). The staging ring fetches while it
-    copies, so the phases can add up to more than ``seconds``."""
+    copies, so the phases can add up to more than ``seconds``.
+    ``bytes_received``: bytes a cooperative load received from the other
+    ranks of its group (``bytes_fetched`` counts the store's alone)."""
 
     bytes_fetched: int = 0
     bytes_wanted: int = 0
@@ -78,6 +80,7 @@ class LoadStats:
     plan_seconds: float = 0.0
     fetch_seconds: float = 0.0
     copy_seconds: float = 0.0
+    bytes_received: int = 0
 
     @classmethod
     def of_native(cls, raw: Mapping[str, float]) -> LoadStats:
@@ -103,6 +106,7 @@ class LoadStats:
         self.retries += other.retries
         self.bytes_staged += other.bytes_staged
         self.bytes_mapped += other.bytes_mapped
+        self.bytes_received += other.bytes_received
         self.fetch_seconds += other.fetch_seconds
         self.copy_seconds += other.copy_seconds
         self.peak_host_bytes = max(self.peak_host_bytes, other.peak_host_bytes + held)

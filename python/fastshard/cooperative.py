@@ -1,38 +1,45 @@
 """Cooperative loads: the ranks of a torch.distributed group fetch each
-byte of one object once between them and exchange the pieces.
+byte of one object once between them and send each other only what each
+one keeps.
 
 Every rank of a tensor-parallel group needs a slice of most tensors and all
 of the replicated ones, and row-parallel slices are strided, so ranks that
 each read their own share fetch more than the object between them. Here the
 tensors are split into contiguous byte ranges, one per rank (each rank reads
-its range at full speed), and every piece is broadcast from the rank that
-fetched it; each rank then copies its slice out of it. Traffic to the store
-per group is the object's size, whatever the world size.
+its range at full speed); the ranks first tell each other which slices they
+load (``_coopplan``), then in each round every rank broadcasts the pieces
+that every rank loads whole (replicated tensors) and sends each peer, in
+one all-to-all, only that peer's slices of the rest. Traffic to the store
+per group is the object's size, whatever the world size; a rank receives
+about its own share of the split tensors plus the replicated ones
+(``LoadStats.bytes_fetched`` and ``bytes_received``).
 
-Memory: a round holds one batch per rank (``max_host_bytes / (world + 2)``
-bytes each, ``Budget.cooperative_batch``) plus the next batch this rank
-fetches while the broadcasts of the current round run, plus that fetch's own
-headers and scratch. Tensors larger than a batch travel as blocks of rows.
+Memory: a round holds this rank's batch (``max_host_bytes / (world + 3)``
+bytes, ``Budget.cooperative_batch``), the parts it sends, what it receives
+(at most one batch from each peer), plus the next batch it fetches while
+the exchange runs and that fetch's own headers and scratch. Tensors larger
+than a batch travel as blocks of rows.
 
-Failures: a rank that fails to fetch tells the others before the round's
-broadcasts, so every rank raises instead of waiting on a collective that
-never comes.
+Failures: a rank that fails to fetch tells the others at the next round;
+one that fails otherwise, or dies, stops the others through ``_peers``, so
+every rank raises instead of waiting on a collective that never comes, and
+no rank returns before every rank has placed every piece.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
+from . import _coopplan as cp
 from . import tp
+from ._peers import Link
 from ._types import LoadStats, TensorSource
-from .errors import FastshardError, InvalidArgumentError, ShardMismatchError, UnsupportedError
-
-_ALIGN = 64  # piece offsets in a batch buffer, so every dtype view is aligned
+from .errors import FastshardError, PeerFailedError, ShardMismatchError
 
 
 @dataclass(frozen=True)
@@ -45,117 +52,8 @@ class Item:
     out: torch.Tensor
 
 
-@dataclass(frozen=True)
-class _Piece:
-    index: int
-    row0: int  # first row (dim 0) of the file tensor in this piece
-    rows: int  # rows in this piece (1 for a 0-d tensor)
-    nbytes: int
-
-
-def group_of(group: Any, rank: int, world_size: int) -> Any:
-    """The process group to cooperate in, checked against rank/world_size."""
-    if not dist.is_available() or not dist.is_initialized():
-        raise InvalidArgumentError(
-            "cooperative loading needs torch.distributed initialised (init_process_group) "
-            "in every rank"
-        )
-    g = group if group is not None else dist.group.WORLD
-    backend = str(dist.get_backend(g)).lower()
-    if "gloo" not in backend:
-        # The exchange buffers are host memory; NCCL needs them on the GPU,
-        # which this build does not stage yet.
-        raise UnsupportedError(
-            f"cooperative loading exchanges host buffers and needs a gloo group, not "
-            f"{backend!r}: pass group=torch.distributed.new_group(backend='gloo') (vLLM: "
-            "get_tp_group().cpu_group)"
-        )
-    g_rank, g_size = dist.get_rank(g), dist.get_world_size(g)
-    if (g_rank, g_size) != (rank, world_size):
-        raise ShardMismatchError(
-            f"cooperative load asked rank={rank}, world_size={world_size} but the process "
-            f"group has rank {g_rank} of {g_size}"
-        )
-    return g
-
-
-def agree(group: Any, error: BaseException | None) -> None:
-    """Every rank reports whether it may go on; if one may not, all raise
-    (the failed rank its own error). A collective, so all ranks call it."""
-    mine = None if error is None else f"{type(error).__name__}: {error}"
-    reports: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(reports, mine, group=group)
-    if error is not None:
-        raise error
-    failed = [(r, m) for r, m in enumerate(reports) if m is not None]
-    if failed:
-        rank, msg = failed[0]
-        raise FastshardError(f"cooperative load stopped: rank {rank} failed: {msg}")
-
-
-def _pieces(f: TensorSource, indices: list[int], cap: int) -> list[_Piece]:
-    out: list[_Piece] = []
-    for i in indices:
-        info = f.info_at(i)
-        rows = info.shape[0] if info.shape else 1
-        if not info.shape or info.nbytes <= cap or rows <= 1:
-            out.append(_Piece(i, 0, rows, info.nbytes))
-            continue
-        row_bytes = info.nbytes // rows
-        if row_bytes > cap:
-            raise InvalidArgumentError(
-                f"{info.name}: one row is {row_bytes} bytes, more than a cooperative batch "
-                f"({cap} bytes = max_host_bytes / (world_size + 2)); raise max_host_bytes",
-                uri=f.uri,
-                tensor=info.name,
-            )
-        per = cap // row_bytes
-        for r0 in range(0, rows, per):
-            n = min(per, rows - r0)
-            out.append(_Piece(i, r0, n, n * row_bytes))
-    return out
-
-
-def _owners(pieces: list[_Piece], world_size: int) -> list[list[_Piece]]:
-    """Contiguous runs of pieces of about equal bytes, one per rank, so each
-    rank's reads are sequential in the object."""
-    total = sum(p.nbytes for p in pieces) or 1
-    owned: list[list[_Piece]] = [[] for _ in range(world_size)]
-    seen = 0
-    for p in pieces:
-        mid = seen + p.nbytes / 2
-        owned[min(world_size - 1, int(mid * world_size / total))].append(p)
-        seen += p.nbytes
-    return owned
-
-
-def _batches(pieces: list[_Piece], cap: int) -> list[list[_Piece]]:
-    out: list[list[_Piece]] = []
-    size = 0
-    for p in pieces:
-        if out and size + _aligned(p.nbytes) <= cap:
-            out[-1].append(p)
-            size += _aligned(p.nbytes)
-        else:
-            out.append([p])
-            size = _aligned(p.nbytes)
-    return out
-
-
-def _aligned(n: int) -> int:
-    return -(-n // _ALIGN) * _ALIGN
-
-
-def _layout(batch: list[_Piece]) -> tuple[list[int], int]:
-    offsets, at = [], 0
-    for p in batch:
-        offsets.append(at)
-        at += _aligned(p.nbytes)
-    return offsets, at
-
-
-def _fetch(f: TensorSource, batch: list[_Piece], buf: torch.Tensor, budget: int) -> LoadStats:
-    offsets, _ = _layout(batch)
+def _fetch(f: TensorSource, batch: list[cp.Piece], buf: torch.Tensor, budget: int) -> LoadStats:
+    offsets, _ = cp.layout(batch)
     views = [buf[o : o + p.nbytes] for o, p in zip(offsets, batch, strict=True)]
     slices: list[tp.Slice | None] = []
     for p in batch:
@@ -169,114 +67,216 @@ def _fetch(f: TensorSource, batch: list[_Piece], buf: torch.Tensor, budget: int)
     )
 
 
-def _place(f: TensorSource, piece: _Piece, raw: torch.Tensor, item: Item) -> None:
-    """Copy this rank's part of one received piece into its destination."""
-    info = f.info_at(piece.index)
-    if not info.shape:
-        item.out.copy_(raw.view(info.dtype).reshape(()))
-        return
-    block = raw.view(info.dtype).reshape((piece.rows, *info.shape[1:]))
-    r0, r1 = piece.row0, piece.row0 + piece.rows
-    if item.slice is None:
-        item.out[r0:r1].copy_(block)
-        return
-    dim, ranges = item.slice
-    local = 0
-    for start, length in ranges:
-        if dim == 0:
-            a, b = max(start, r0), min(start + length, r1)
-            if a < b:
-                item.out[local + a - start : local + b - start].copy_(block[a - r0 : b - r0])
-        else:
-            item.out[r0:r1].narrow(dim, local, length).copy_(block.narrow(dim, start, length))
-        local += length
-
-
-def load(f: TensorSource, items: list[Item], rank: int, world_size: int, group: Any) -> LoadStats:
-    """Fill every item, this rank fetching only its share of the object."""
-    cap = f.budget.cooperative_batch(world_size)
-    by_index: dict[int, list[Item]] = {}
+def _wants(items: list[Item]) -> cp.Wants:
+    out: cp.Wants = {}
     for it in items:
-        by_index.setdefault(it.index, []).append(it)
-    indices = sorted(by_index)
-    plan_key = hashlib.sha256(repr((f.file_size, indices, cap)).encode()).hexdigest()
-    keys: list[Any] = [None] * world_size
-    dist.all_gather_object(keys, plan_key, group=group)
-    if len(set(keys)) != 1:
+        keys = out.setdefault(it.index, [])
+        if cp.key_of(it.slice) not in keys:
+            keys.append(cp.key_of(it.slice))
+    return out
+
+
+def _share_plan(f: TensorSource, link: Link, items: list[Item], cap: int) -> list[cp.Wants]:
+    """Every rank's wants, after checking that the ranks read the same
+    tensors of the same object with the same batch size."""
+    wants = _wants(items)
+    key = hashlib.sha256(repr((f.file_size, sorted(wants), cap)).encode()).hexdigest()
+    mine = json.dumps([key, [[i, ks] for i, ks in wants.items()]]).encode()
+    reports = [json.loads(r) for r in link.gather(mine)]
+    if len({r[0] for r in reports}) != 1:
         raise ShardMismatchError(
             f"{f.uri}: the ranks of the cooperative load disagree on what to read "
             "(different tensors, files or max_host_bytes); every rank must load the same "
             "model from the same object with the same options",
             uri=f.uri,
         )
-    owned = _owners(_pieces(f, indices, cap), world_size)
-    rounds = [_batches(mine, cap) for mine in owned]
-    n_rounds = max(len(r) for r in rounds)
+    return [{int(i): [_key(k) for k in ks] for i, ks in report[1]} for report in reports]
+
+
+def _key(raw: Any) -> cp.Key:
+    return None if raw is None else (int(raw[0]), tuple((int(a), int(n)) for a, n in raw[1]))
+
+
+class _Schedule:
+    """The buffer sizes of every owner's batches and every part each rank
+    sends or receives, the same on every rank."""
+
+    def __init__(self, f: TensorSource, wants: list[cp.Wants], cap: int, rank: int) -> None:
+        self.f, self.wants, self.rank = f, wants, rank
+        ws = len(wants)
+        all_pieces = cp.pieces(f, sorted(wants[rank]), cap)
+        self.whole = cp.shared_whole(wants)
+        self.rounds = [cp.batches(o, cap, self.whole) for o in cp.owners(all_pieces, ws)]
+        self.count = max(len(r) for r in self.rounds)
+
+    def batch(self, owner: int, k: int) -> list[cp.Piece]:
+        return self.rounds[owner][k] if k < len(self.rounds[owner]) else []
+
+    def size(self, owner: int, k: int) -> int:
+        return cp.layout(self.batch(owner, k))[1]
+
+    def bcast(self, owner: int, k: int) -> int:
+        return cp.broadcast_bytes(self.batch(owner, k), self.whole)
+
+    def parts(self, owner: int, receiver: int, k: int) -> list[tuple[cp.Piece, cp.Key]]:
+        if owner == receiver:
+            return []
+        return cp.sends(self.batch(owner, k), self.wants[receiver], self.whole)
+
+    def split(self, owner: int, receiver: int, k: int) -> int:
+        parts = self.parts(owner, receiver, k)
+        return sum(cp.aligned(cp.part_bytes(self.f, p, key)) for p, key in parts)
+
+    def send_bytes(self, k: int) -> int:
+        return sum(self.split(self.rank, r, k) for r in range(len(self.wants)))
+
+    def recv_bytes(self, k: int) -> int:
+        ws = len(self.wants)
+        others = [o for o in range(ws) if o != self.rank]
+        return sum(self.bcast(o, k) + self.split(o, self.rank, k) for o in others)
+
+
+def load(f: TensorSource, items: list[Item], link: Link) -> LoadStats:
+    """Fill every item, this rank fetching only its share of the object.
+    Every rank raises if one fails; on success every rank has placed
+    everything before any returns."""
+    try:
+        stats = _load(f, items, link)
+        link.agree(None)
+        return stats
+    except BaseException as e:
+        if not isinstance(e, PeerFailedError):
+            link.fail(e)
+        raise
+
+
+def _load(f: TensorSource, items: list[Item], link: Link) -> LoadStats:
+    rank, ws = link.rank, link.world_size
+    cap = f.budget.cooperative_batch(ws)
+    plan = _Schedule(f, _share_plan(f, link, items, cap), cap, rank)
+    by_key: dict[tuple[int, cp.Key], list[Item]] = {}
+    for it in items:
+        by_key.setdefault((it.index, cp.key_of(it.slice)), []).append(it)
     stats = LoadStats()
-
-    def size(owner: int, k: int) -> int:
-        return _layout(rounds[owner][k])[1] if k < len(rounds[owner]) else 0
-
+    n = plan.count
     # Buffers are carved from one allocation made once (see _torch.Arena for
-    # why): two areas for this rank's batches (round k's is broadcast while
-    # round k+1's is fetched) and one for the other ranks' batches.
-    own_max = max((size(rank, k) for k in range(n_rounds)), default=0)
-    recv_max = max(
-        (sum(size(o, k) for o in range(world_size) if o != rank) for k in range(n_rounds)),
-        default=0,
-    )
-    arena = torch.empty(2 * own_max + recv_max, dtype=torch.uint8)
+    # why): two areas for this rank's batches (round k's is exchanged while
+    # round k+1's is fetched), one for the parts it sends, one for the rest.
+    own_max = max((plan.size(rank, k) for k in range(n)), default=0)
+    send_max = max((plan.send_bytes(k) for k in range(n)), default=0)
+    recv_max = max((plan.recv_bytes(k) for k in range(n)), default=0)
+    arena = torch.empty(2 * own_max + send_max + recv_max, dtype=torch.uint8)
     own_areas = (arena[:own_max], arena[own_max : 2 * own_max])
-    recv_area = arena[2 * own_max :]
+    send_area = arena[2 * own_max : 2 * own_max + send_max]
+    recv_area = arena[2 * own_max + send_max :]
 
     def fetch_own(k: int, held: int) -> tuple[torch.Tensor, BaseException | None]:
         """This rank's batch of round k, fetched while ``held`` bytes of the
         previous round are still alive (the native load gets the rest)."""
-        buf = own_areas[k % 2][: size(rank, k)]
+        buf = own_areas[k % 2][: plan.size(rank, k)]
         err: BaseException | None = None
         if buf.numel():
             try:
-                part = _fetch(f, rounds[rank][k], buf, cap)
-                stats.add(part, held + buf.numel())
+                stats.add(_fetch(f, plan.batch(rank, k), buf, cap), held + buf.numel())
             except FastshardError as e:
                 err = e
         return buf, err
 
-    own, err = fetch_own(0, 0) if n_rounds else (arena[:0], None)
-    for k in range(n_rounds):
-        agree(group, err)
-        bufs, at = [], 0
-        for o in range(world_size):
-            if o == rank:
-                bufs.append(own)
-            else:
-                bufs.append(recv_area[at : at + size(o, k)])
-                at += size(o, k)
-        held = sum(b.numel() for b in bufs)
-        works = [
-            dist.broadcast(bufs[o], src=_global(group, o), group=group, async_op=True)
-            for o in range(world_size)
-            if bufs[o].numel()
-        ]
-        if k + 1 < n_rounds:
-            own, err = fetch_own(k + 1, held)
-        for w in works:
-            w.wait()
+    own, err = fetch_own(0, 0) if n else (arena[:0], None)
+    for k in range(n):
+        link.agree(err)
+        bcast, inbox, sent, received = _exchange(f, plan, link, k, own, send_area, recv_area)
+        held = own.numel() + sent + received
+        stats.bytes_received += received
+        nxt, err = fetch_own(k + 1, held) if k + 1 < n else (own, None)
+        link.wait([w for w in (*bcast, inbox) if w is not None])
         stats.peak_host_bytes = max(stats.peak_host_bytes, held)
         with torch.no_grad():
-            for o in range(world_size):
-                if k >= len(rounds[o]):
-                    continue
-                offsets, _ = _layout(rounds[o][k])
-                for at, p in zip(offsets, rounds[o][k], strict=True):
-                    for it in by_index[p.index]:
-                        _place(f, p, bufs[o][at : at + p.nbytes], it)
-        del bufs
+            _place(f, plan, k, own, recv_area, by_key)
+        own = nxt
     return stats
 
 
-def _global(group: Any, group_rank: int) -> int:
-    """broadcast's ``src`` is a global rank, even with a subgroup."""
-    if group is None or group is dist.group.WORLD:
-        return group_rank
-    return dist.get_global_rank(group, group_rank)
+def _exchange(
+    f: TensorSource,
+    plan: _Schedule,
+    link: Link,
+    k: int,
+    own: torch.Tensor,
+    send_area: torch.Tensor,
+    recv_area: torch.Tensor,
+) -> tuple[list[Any], Any, int, int]:
+    """Start round k's broadcasts and all-to-all; the bytes this rank sends
+    and receives. ``recv_area`` gets the other owners' broadcast regions in
+    rank order, then what they send this rank, in rank order."""
+    rank, ws = link.rank, link.world_size
+    works: list[Any] = []
+    at = 0
+    for o in range(ws):
+        size = plan.bcast(o, k)
+        if not size:
+            continue
+        if o == rank:
+            works.append(link.broadcast(own[:size], o))
+        else:
+            works.append(link.broadcast(recv_area[at : at + size], o))
+            at += size
+    out_sizes = [plan.split(o, rank, k) for o in range(ws)]
+    in_sizes = [plan.split(rank, r, k) for r in range(ws)]
+    inbox = None
+    # Every rank knows every rank's sizes: all skip an empty all-to-all alike.
+    if any(plan.split(o, r, k) for o in range(ws) for r in range(ws)):
+        send = send_area[: sum(in_sizes)]
+        _pack(f, plan, k, own, send)
+        inbox = link.all_to_all(recv_area[at : at + sum(out_sizes)], send, out_sizes, in_sizes)
+    return works, inbox, sum(in_sizes), at + sum(out_sizes)
+
+
+def _pack(f: TensorSource, plan: _Schedule, k: int, own: torch.Tensor, send: torch.Tensor) -> None:
+    """This rank's parts for every peer, laid out as ``_Schedule.parts`` says."""
+    batch = plan.batch(plan.rank, k)
+    offsets = dict(zip(map(id, batch), cp.layout(batch)[0], strict=True))
+    at = 0
+    with torch.no_grad():
+        for r in range(len(plan.wants)):
+            for p, key in plan.parts(plan.rank, r, k):
+                n = cp.part_bytes(f, p, key)
+                raw = own[offsets[id(p)] : offsets[id(p)] + p.nbytes]
+                cp.extract(f, p, raw, key, send[at : at + n])
+                at += cp.aligned(n)
+
+
+def _place(
+    f: TensorSource,
+    plan: _Schedule,
+    k: int,
+    own: torch.Tensor,
+    recv_area: torch.Tensor,
+    by_key: dict[tuple[int, cp.Key], list[Item]],
+) -> None:
+    """Copy round k's pieces into this rank's destinations: its own batch,
+    the broadcast regions, then the parts sent to it."""
+    rank, ws = plan.rank, len(plan.wants)
+
+    def put(p: cp.Piece, key: cp.Key, raw: torch.Tensor, whole: bool) -> None:
+        for it in by_key.get((p.index, key), []):
+            (cp.place if whole else cp.deposit)(f, p, raw, key, it.out)
+
+    batch = plan.batch(rank, k)
+    for at, p in zip(cp.layout(batch)[0], batch, strict=True):
+        for key in plan.wants[rank].get(p.index, []):
+            put(p, key, own[at : at + p.nbytes], True)
+    at = 0
+    for o in range(ws):
+        if o == rank or not plan.bcast(o, k):
+            continue
+        batch = plan.batch(o, k)
+        for off, p in zip(cp.layout(batch)[0], batch, strict=True):
+            if p.index in plan.whole:
+                put(p, None, recv_area[at + off : at + off + p.nbytes], True)
+        at += plan.bcast(o, k)
+    for o in range(ws):
+        for p, key in plan.parts(o, rank, k):
+            n = cp.part_bytes(f, p, key)
+            put(p, key, recv_area[at : at + n], False)
+            at += cp.aligned(n)

@@ -38,6 +38,11 @@ class ShardMismatchError(FastshardError):
     """Shard files or ranks do not fit the requested world size."""
 
 
+class PeerFailedError(FastshardError):
+    """Another rank of a cooperative load failed, died or left, so this
+    rank's load stopped too (nothing it loaded is returned)."""
+
+
 class StorageError(FastshardError):
     """The storage (file system, S3, HTTP) failed."""
 
@@ -85,6 +90,7 @@ __all__ = [
     "InvalidArgumentError",
     "NotFoundError",
     "ObjectChangedError",
+    "PeerFailedError",
     "ShardMismatchError",
     "StorageError",
     "ThrottledError",

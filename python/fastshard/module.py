@@ -299,6 +299,6 @@ def load(
             )
             _check(f, targets, in_file, strict, slices)
             jobs = _plan(f, targets, in_file, slices, target)
-        stats = _dispatch.load(f.engine, [j.job for j in jobs], pg, rank, world_size)
+        stats = _dispatch.load(f.engine, [j.job for j in jobs], pg)
         _apply(jobs)
         return f.engine.finish(stats, started)

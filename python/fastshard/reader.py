@@ -220,7 +220,7 @@ class TensorFile:
             indices = self._index.select(names)
             slices = self._slices(indices, sliced, rank, world_size, shard_specs)
             jobs = [self._fresh(i, sl, target, cast) for i, sl in zip(indices, slices, strict=True)]
-        stats = _dispatch.load(self.engine, jobs, pg, rank, world_size)
+        stats = _dispatch.load(self.engine, jobs, pg)
         result = self._index.state_dict(indices, [j.dest for j in jobs])
         self.engine.finish(stats, started)
         return result

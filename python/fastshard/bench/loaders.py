@@ -133,6 +133,7 @@ def _counters(st: Any, discovery: int) -> dict[str, Any]:
         "requests": st.requests,
         "retries": st.retries,
         "bytes_fetched": st.bytes_fetched,
+        "bytes_received": st.bytes_received,
         "discovery_bytes": discovery,
         "concurrency": st.concurrency,
         "staging_peak_bytes": st.peak_host_bytes,

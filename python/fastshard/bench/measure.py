@@ -137,6 +137,7 @@ def _ranks(case: Case, timeout: float) -> dict[str, Any]:
         "bytes": sum(o["bytes"] for o in outs),
         "bytes_fetched": sum(o["bytes_fetched"] for o in outs),
         "discovery_bytes": sum(o.get("discovery_bytes", 0) for o in outs),
+        "bytes_received": sum(o.get("bytes_received", 0) for o in outs),
         "cpu_seconds": sum(o["cpu_seconds"] for o in outs),
         "peak_rss_bytes": max(o["peak_rss_bytes"] for o in outs),
         "rss_before_bytes": max(o["rss_before_bytes"] for o in outs),
@@ -196,11 +197,13 @@ def rounds(
     sample: set[tuple[str, str]] | None = None,
     log: Log = print,
     warmup: bool = True,
+    after: Callable[[Case, dict[str, Any]], None] | None = None,
 ) -> Results:
     """A warm-up round (checked like every round, not counted; unless not
     ``warmup``) then ``repeat`` measured rounds; each even round shuffles the
     order and the next one reverses it, so machine noise, cache state and the
-    memory a predecessor freed spread over every loader."""
+    memory a predecessor freed spread over every loader. ``after`` sees
+    each run's result first (to add what only the caller can count)."""
     results: Results = {(c.source, c.name): [] for c in cases}
     rng = random.Random(seed)
     order = list(cases)
@@ -214,6 +217,8 @@ def rounds(
             key = (case.source, case.name)
             res = run_once(case, sample=r == 1 and sample is not None and key in sample)
             res["warmup"] = r == 0
+            if after is not None:
+                after(case, res)
             log(line("warm-up" if r == 0 else f"run {r}", case, res))
             results[key].append(res)
     return results

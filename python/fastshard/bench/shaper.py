@@ -58,7 +58,8 @@ class Shaper:
     whatever its size, paid before its latency in one of ``service_slots``
     slots that all connections share (0: every request at once), so
     requests beyond the slots queue: a store where many small requests cost
-    more than a few large ones."""
+    more than a few large ones. ``node_mbps`` caps all connections together
+    (a node's NIC; 0: no cap)."""
 
     upstream_port: int
     root: Path
@@ -67,6 +68,7 @@ class Shaper:
     rate_mbps: float = 25.0
     service_ms: float = 0.0
     service_slots: int = 1
+    node_mbps: float = 0.0
     port: int = 0
     endpoint: str = ""  # http://127.0.0.1:port, once started
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
@@ -93,6 +95,8 @@ class Shaper:
             str(self.service_ms),
             "--service-slots",
             str(self.service_slots),
+            "--node-mbps",
+            str(self.node_mbps),
             "--stats",
             str(self._stats_path),
         ]

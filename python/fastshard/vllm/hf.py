@@ -19,9 +19,9 @@ from torch import nn
 
 import fastshard
 
-from .. import tp
+from .. import _peers, tp
 from .._types import LoadStats
-from ..errors import InvalidArgumentError
+from ..errors import FastshardError, InvalidArgumentError
 from . import ranks as _ranks
 from .lazy import LazyWeight
 
@@ -79,8 +79,9 @@ class Feed:
     whole, in batches of at most ``limit`` bytes (a larger tensor alone), so
     host memory stays bounded. With ``cooperative`` the TP ranks fetch each
     batch once between them and share it: every rank walks the same batches
-    in the same order. ``current`` is the tensor being handed over, for
-    errors; ``stats`` adds up the batches' loads."""
+    in the same order, so a rank that stops early must say so (``stop``).
+    ``current`` is the tensor being handed over, for errors; ``stats`` adds
+    up the batches' loads."""
 
     def __init__(
         self,
@@ -95,6 +96,7 @@ class Feed:
         self.limit = limit
         self.share = cooperative and ranks.tp_size > 1
         self.current: fastshard.TensorInfo | None = None
+        self.done = False
         self.stats = LoadStats()
         infos = f.infos()
         skipped = skipped_buffers([i.name.lstrip(".") for i in infos], model)
@@ -157,6 +159,15 @@ class Feed:
                 # write_module's root tensors are named ".name"
                 yield info.name.lstrip("."), weight
         self.current = None
+        self.done = True
+
+    def stop(self, error: BaseException) -> None:
+        """The model stopped taking tensors (``error``): the other ranks,
+        which go on to the next batch's cooperative load, raise instead of
+        waiting for this one. A fastshard error from a load has told them
+        already."""
+        if self.share and not self.done and not isinstance(error, FastshardError):
+            _peers.abandon(self.ranks.tp_group, self.ranks.tp_rank, error)
 
     def refused(self, model: nn.Module, error: Exception) -> Exception:
         """vLLM's ``load_weights`` raising ``error`` as a fastshard error

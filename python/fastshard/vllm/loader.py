@@ -203,8 +203,10 @@ class FastshardModelLoader(BaseModelLoader):
             try:
                 # Every vLLM model class has load_weights; nn.Module does not declare it.
                 loaded = cast(Any, model).load_weights(feed)
-            except (ValueError, KeyError, AssertionError, RuntimeError) as e:
-                if isinstance(e, fastshard.FastshardError):
+            except BaseException as e:
+                feed.stop(e)
+                refused = (ValueError, KeyError, AssertionError, RuntimeError)
+                if isinstance(e, fastshard.FastshardError) or not isinstance(e, refused):
                     raise
                 raise feed.refused(model, e) from e
         hf.check_complete(model, loaded, plan.file, model_config.quantization is not None)

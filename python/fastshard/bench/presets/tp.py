@@ -16,8 +16,16 @@ dim 0, o/down along dim 1, norms replicated):
   between them and exchange the pieces.
 
 Reported per mode: bytes fetched by all ranks (index reads included), the
-slowest rank's seconds, and the aggregate rate at which ranks got their
-weights. Every rank's tensors are checked against its expected slices.
+bytes the ranks exchanged (cooperative), the slowest rank's seconds, and the
+aggregate rate at which ranks got their weights. Every rank's tensors are
+checked against its expected slices.
+
+``--node-mbps`` models one node: every mode reads through the shaping
+proxy (examples/shaper.rs, built with ``cargo build --release --example
+shaper``), whose connections all share that bandwidth (the node's NIC),
+optionally each capped (``--conn-mbps``) and delayed (``--latency-ms``); the
+table then adds the bytes that crossed the cap per load. Loopback without a
+cap hides what reading an object several times costs; a node cap does not.
 """
 
 from __future__ import annotations
@@ -25,11 +33,14 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from .. import deps, measure, report, sources
 from ..params import BENCH_DIR, GiB, add_out, names
+from ..procs import MissingBinary
+from ..shaper import Shaper, find_shaper
 
 MODES = ("tensorizer", "per-rank", "packed", "unsharded", "cooperative")
 
@@ -40,6 +51,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=int, default=1, help="measured runs per mode")
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--node-mbps",
+        type=float,
+        default=0.0,
+        help="read through the shaping proxy, all connections sharing this many MB/s "
+        "(a node's NIC); 0: straight from the server",
+    )
+    p.add_argument(
+        "--conn-mbps",
+        type=float,
+        default=0.0,
+        help="with --node-mbps: each connection's own cap in MB/s (0: none)",
+    )
+    p.add_argument(
+        "--latency-ms",
+        type=float,
+        default=0.0,
+        help="with --node-mbps: each request's first-byte latency",
+    )
     add_out(p, str(BENCH_DIR / "tp"))
 
 
@@ -79,14 +109,18 @@ def _store(s3: Any, args: argparse.Namespace, modes: list[str]) -> dict[str, Any
     }
 
 
-def mode_case(mode: str, s3: Any, stored: dict[str, Any], world: int) -> measure.Case:
+def mode_case(
+    mode: str, s3: Any, stored: dict[str, Any], world: int, via: str | None = None
+) -> measure.Case:
+    """One mode's load; ``via``: the endpoint of a proxy in front of the server."""
     uris, specs = stored["uris"], stored["specs"]
     if mode == "tensorizer":
         spec = {"loader": "tensorizer", "uri": uris["full"], "shard_specs": specs}
-        spec.update(opts=sources.tensorizer_s3_opts(s3), object_bytes=stored["size"])
+        spec.update(opts=sources.tensorizer_s3_opts(s3, via), object_bytes=stored["size"])
     else:
         uri = {"per-rank": uris["per_rank"], "packed": uris["packed"]}.get(mode, uris["full"])
-        spec = {"loader": "fastshard", "uri": uri, "opts": s3.opts()}
+        opts = s3.opts(s3_endpoint=via) if via else s3.opts()
+        spec = {"loader": "fastshard", "uri": uri, "opts": opts}
         if mode in ("unsharded", "cooperative"):
             spec["shard_specs"] = specs
         spec["cooperative"] = mode == "cooperative"
@@ -95,12 +129,15 @@ def mode_case(mode: str, s3: Any, stored: dict[str, Any], world: int) -> measure
     return case
 
 
-def table(results: measure.Results, stored: dict[str, Any]) -> str:
+def table(results: measure.Results, stored: dict[str, Any], capped: bool = False) -> str:
+    """One row per mode (its fastest run); ``capped``: the loads went through
+    the node cap, whose bytes get a column."""
+    cap_head, cap_rule = (" through the cap |", "---:|") if capped else ("", "")
     lines = [
-        "| mode | bytes fetched (all ranks) | × object | slowest rank s | aggregate GB/s "
-        "| vs tensorizer | data equal |",
-        "|---|---:|---:|---:|---:|---:|---|",
-    ]
+        "| mode | bytes fetched (all ranks) | × object |" + cap_head
+        + " exchanged | slowest rank s | aggregate GB/s | vs tensorizer | data equal |",
+        "|---|---:|---:|" + cap_rule + "---:|---:|---:|---:|---|",
+    ]  # fmt: skip
     size, share = stored["size"], stored["share"]
     best = {}
     for (_, mode), runs in results.items():
@@ -111,11 +148,54 @@ def table(results: measure.Results, stored: dict[str, Any]) -> str:
         fetched = r["bytes_fetched"] + r["discovery_bytes"]
         wall = r["slowest_rank_seconds"]
         vs = f"{base['slowest_rank_seconds'] / wall:.2f}×" if base else "n/a"
+        cap = f" {r.get('bytes_through_cap', 0) / 1e9:.3f} GB |" if capped else ""
         lines.append(
-            f"| {mode} | {fetched / 1e9:.3f} GB | {fetched / size:.2f} | {wall:.2f} "
+            f"| {mode} | {fetched / 1e9:.3f} GB | {fetched / size:.2f} |{cap} "
+            f"{r.get('bytes_received', 0) / 1e9:.3f} GB | {wall:.2f} "
             f"| {share / wall / 1e9:.2f} | {vs} | {'yes' if ok else 'NO'} |"
         )
     return "\n".join(lines)
+
+
+def _settled(shaper: Shaper) -> int:
+    """The proxy's byte counter once it stopped moving (it is rewritten
+    every 100 ms)."""
+    last, deadline = -1, time.monotonic() + 3
+    now = int(shaper.stats().get("bytes_down", 0))
+    while now != last and time.monotonic() < deadline:
+        time.sleep(0.25)
+        last, now = now, int(shaper.stats().get("bytes_down", 0))
+    return now
+
+
+def _measure(
+    args: argparse.Namespace, s3: Any, stored: dict[str, Any], modes: list[str], root: Path
+) -> measure.Results:
+    """Every mode's rounds, straight from the server or through a node cap."""
+    if args.node_mbps <= 0:
+        cases = [mode_case(m, s3, stored, args.world_size) for m in modes]
+        return measure.rounds(cases, args.repeat, args.seed, warmup=False)
+    try:
+        binary = find_shaper(release=True)
+    except MissingBinary as e:
+        raise deps.MissingDependency(f"fastshard bench --preset tp --node-mbps: {e}") from None
+    shaper = Shaper(
+        s3.s3_port, root / "shaper", latency_ms=args.latency_ms,
+        rate_mbps=args.conn_mbps, node_mbps=args.node_mbps, service_slots=0,
+    ).start(binary)  # fmt: skip
+    try:
+        print(f"node cap {args.node_mbps:g} MB/s through {shaper.endpoint}", flush=True)
+        cases = [mode_case(m, s3, stored, args.world_size, shaper.endpoint) for m in modes]
+        seen = [_settled(shaper)]
+
+        def through(case: measure.Case, res: dict[str, Any]) -> None:
+            now = _settled(shaper)
+            res["bytes_through_cap"] = now - seen[0]
+            seen[0] = now
+
+        return measure.rounds(cases, args.repeat, args.seed, warmup=False, after=through)
+    finally:
+        shaper.stop()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -136,11 +216,10 @@ def run(args: argparse.Namespace) -> int:
                 f"ranks' shares together {stored['share'] / 1e9:.2f} GB",
                 flush=True,
             )
-            cases = [mode_case(m, s3, stored, args.world_size) for m in modes]
-            results = measure.rounds(cases, args.repeat, args.seed, warmup=False)
+            results = _measure(args, s3, stored, modes, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    text = table(results, stored)
+    text = table(results, stored, capped=args.node_mbps > 0)
     recs = report.records(results)
     report.write(args.out, recs, {"args": vars(args), "skipped": skipped}, text, results)
     print("\n" + text)

@@ -1,0 +1,206 @@
+"""The process group of a cooperative load and the collectives it runs,
+each one watched so that a rank that fails or dies stops every rank.
+
+A collective waits for every rank, so a rank that raised (or was killed)
+would leave the others waiting until the backend's timeout (30 minutes by
+default). Two things prevent that:
+
+- every collective here is started asynchronously and polled; while it
+  waits, the rank also polls a flag in the group's store (the c10d store
+  every rank already shares) that a failing rank sets with its error;
+- a rank whose own code fails, or whose collective fails because a peer
+  died (gloo reports the closed connection), sets that flag before it
+  raises, so the ranks that were not connected to the dead one learn it
+  too.
+
+Each cooperative load of a group has its own flag (the loads of a group
+are counted in every process, in the same order on every rank), so a
+failure that every rank agreed on leaves the group usable for the next.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .errors import (
+    InvalidArgumentError,
+    PeerFailedError,
+    ShardMismatchError,
+    UnsupportedError,
+)
+
+# Cooperative loads begun in this process, per group name: the flag of the
+# next one. Every rank runs the same loads in the same order.
+_begun: dict[str, int] = {}
+_POLL_MAX = 0.02  # seconds between polls of a slow collective, at most
+
+
+def group_of(group: Any, rank: int, world_size: int) -> Any:
+    """The process group to cooperate in, checked against rank/world_size."""
+    if not dist.is_available() or not dist.is_initialized():
+        raise InvalidArgumentError(
+            "cooperative loading needs torch.distributed initialised (init_process_group) "
+            "in every rank"
+        )
+    g = group if group is not None else dist.group.WORLD
+    backend = str(dist.get_backend(g)).lower()
+    if "gloo" not in backend:
+        # The exchange buffers are host memory; NCCL needs them on the GPU,
+        # which this build does not stage yet.
+        raise UnsupportedError(
+            f"cooperative loading exchanges host buffers and needs a gloo group, not "
+            f"{backend!r}: pass group=torch.distributed.new_group(backend='gloo') (vLLM: "
+            "get_tp_group().cpu_group)"
+        )
+    g_rank, g_size = dist.get_rank(g), dist.get_world_size(g)
+    if (g_rank, g_size) != (rank, world_size):
+        raise ShardMismatchError(
+            f"cooperative load asked rank={rank}, world_size={world_size} but the process "
+            f"group has rank {g_rank} of {g_size}"
+        )
+    return g
+
+
+def _name(group: Any) -> str:
+    g = group if group is not None else dist.group.WORLD
+    return str(getattr(g, "group_name", "") or "world")
+
+
+def _flag(group: Any, n: int) -> str:
+    return f"fastshard/cooperative/{_name(group)}/{n}/failed"
+
+
+def _message(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"[:2000] or type(error).__name__
+
+
+def abandon(group: Any, rank: int, error: BaseException) -> None:
+    """Tell the ranks that are about to start (or are starting) the group's
+    next cooperative load that this rank will not come: they raise instead
+    of waiting for it. For a rank that fails between two loads of a
+    sequence (a batch refused by the model)."""
+    n = _begun.get(_name(group), 0)
+    _set(group, _flag(group, n), f"rank {rank} stopped: {_message(error)}")
+
+
+def _set(group: Any, key: str, message: str) -> None:
+    """Raise the flag ``key`` with ``message``, unless a rank raised it
+    first: the first failure is the cause, the ones it caused in other
+    ranks (connections closed by ranks that stopped) are not."""
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        if store.add(f"{key}/count", 1) == 1:
+            store.set(key, message)
+    except Exception:  # noqa: BLE001 - the store may be gone with a dead rank
+        pass
+
+
+class Link:
+    """One cooperative load's group: its collectives, watched (see the
+    module's doc). ``rank``/``world_size`` are within the group."""
+
+    def __init__(self, group: Any, rank: int, world_size: int) -> None:
+        self.group = group
+        self.rank = rank
+        self.world_size = world_size
+        name = _name(group)
+        n = _begun.get(name, 0)
+        _begun[name] = n + 1
+        self.key = _flag(group, n)
+        self.store = dist.distributed_c10d._get_default_store()
+
+    # -- failure -------------------------------------------------------------
+    def fail(self, error: BaseException) -> None:
+        """This rank stops (``error``): every rank waiting in a collective
+        of this load raises."""
+        if not isinstance(error, PeerFailedError):
+            _set(self.group, self.key, f"rank {self.rank} failed: {_message(error)}")
+
+    def check(self) -> None:
+        """Raise if another rank has stopped this load."""
+        try:
+            failed = self.store.check([self.key])
+            message = self.store.get(self.key).decode(errors="replace") if failed else ""
+        except Exception as e:  # noqa: BLE001 - a store that is gone: its host died
+            raise PeerFailedError(
+                f"cooperative load stopped: the group's store does not answer ({e}); "
+                "a rank has probably died"
+            ) from e
+        if failed:
+            raise PeerFailedError(f"cooperative load stopped: {message}")
+
+    def wait(self, works: Sequence[Any]) -> None:
+        """Wait for collectives this rank started, raising if a peer stops."""
+        delay = 0.0005
+        pending = [w for w in works if not w.is_completed()]
+        while pending:
+            self.check()
+            time.sleep(delay)
+            delay = min(2 * delay, _POLL_MAX)
+            pending = [w for w in pending if not w.is_completed()]
+        for w in works:
+            try:
+                w.wait()
+            except RuntimeError as e:
+                self.check()  # a rank that stopped first names the cause
+                error = PeerFailedError(
+                    f"cooperative load stopped: the exchange with the other ranks failed "
+                    f"({e}); a rank has probably died"
+                )
+                _set(self.group, self.key, f"rank {self.rank}: {error}")
+                raise error from e
+
+    # -- collectives -----------------------------------------------------------
+    def _global(self, group_rank: int) -> int:
+        """A collective's ``src`` is a global rank, even with a subgroup."""
+        if self.group is None or self.group is dist.group.WORLD:
+            return group_rank
+        return dist.get_global_rank(self.group, group_rank)
+
+    def broadcast(self, buf: torch.Tensor, owner: int) -> Any:
+        return dist.broadcast(buf, src=self._global(owner), group=self.group, async_op=True)
+
+    def all_to_all(
+        self, out: torch.Tensor, inp: torch.Tensor, out_sizes: list[int], in_sizes: list[int]
+    ) -> Any:
+        return dist.all_to_all_single(
+            out, inp, out_sizes, in_sizes, group=self.group, async_op=True
+        )
+
+    def gather(self, data: bytes) -> list[bytes]:
+        """Every rank's ``data``, in rank order."""
+        ws = self.world_size
+        size = torch.tensor([len(data)], dtype=torch.int64)
+        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(ws)]
+        self.wait([dist.all_gather(sizes, size, group=self.group, async_op=True)])
+        n = max(1, max(int(s) for s in sizes))
+        mine = torch.zeros(n, dtype=torch.uint8)
+        if data:
+            mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        outs = [torch.empty(n, dtype=torch.uint8) for _ in range(ws)]
+        self.wait([dist.all_gather(outs, mine, group=self.group, async_op=True)])
+        return [bytes(o[: int(s)].numpy()) for o, s in zip(outs, sizes, strict=True)]
+
+    def agree(self, error: BaseException | None) -> None:
+        """Every rank reports whether it may go on; if one may not, all
+        raise (the failed rank its own error)."""
+        # An empty report is "go on": a failure's message is never empty.
+        try:
+            reports = self.gather(b"" if error is None else _message(error).encode())
+        except PeerFailedError:
+            if error is not None:
+                raise error from None  # this rank's own failure says more
+            raise
+        if error is not None:
+            raise error
+        for rank, report in enumerate(reports):
+            if report:
+                raise PeerFailedError(
+                    f"cooperative load stopped: rank {rank} failed: "
+                    f"{report.decode(errors='replace')}"
+                )
