@@ -45,9 +45,39 @@ impl<V> Remote<V> {
     }
 }
 
+/// A version a response carries, compared with the one pinned at
+/// discovery. Some stores ignore `If-Match` and answer a pinned GET with
+/// the new object's bytes (and its new ETag): the response's own version
+/// is the only tell, so every response is checked, not just trusted.
+pub trait Version: Send + Sync {
+    /// `Some((pinned, seen))` shown in the error when `seen` names another
+    /// object than `self`; `None` when they agree or cannot be compared
+    /// (a response that carries no version at all).
+    fn differs(&self, seen: &Self) -> Option<(String, String)>;
+}
+
+impl<V: Version> Remote<V> {
+    /// Fails with `Changed` when a response's version differs from the
+    /// pinned one, before any of its bytes are used. Nothing pinned yet
+    /// (discovery itself) always passes.
+    pub fn check_version(&self, seen: &V, range: std::ops::Range<u64>) -> Result<()> {
+        let Some((pinned, seen)) = self.pinned.get().and_then(|p| p.differs(seen)) else {
+            return Ok(());
+        };
+        Err(Error::new(
+            ErrorKind::Changed,
+            format!(
+                "the object changed while it was being read: the response carries {seen}, \
+                 not {pinned} pinned at open (the store ignored the condition)"
+            ),
+        )
+        .with_range(range))
+    }
+}
+
 /// The two requests that differ between S3 and HTTP.
 pub trait RangedObject: Send + Sync + 'static {
-    type Version: Send + Sync;
+    type Version: Version;
 
     fn remote(&self) -> &Remote<Self::Version>;
 
@@ -142,6 +172,7 @@ impl<T: RangedObject> RangeSource for T {
             let len = len.max(1);
             let policy = &self.remote().policy;
             let got = retrying(policy, cancel, || self.get_once(0, len)).await?;
+            self.remote().check_version(&got.version, 0..len)?;
             let size = got.total.ok_or_else(|| {
                 Error::new(
                     ErrorKind::Network,
@@ -166,6 +197,8 @@ impl<T: RangedObject> RangeSource for T {
         Box::pin(async move {
             let policy = &self.remote().policy;
             let got = retrying(policy, cancel, || self.get_once(offset, len)).await?;
+            self.remote()
+                .check_version(&got.version, offset..offset + len)?;
             exact(got.bytes, offset, len)
         })
     }

@@ -19,7 +19,7 @@ use aws_sdk_s3::operation::get_object::GetObjectOutput;
 pub use config::{Addressing, CredentialSource, EnvSnapshot, S3Options};
 
 use super::content_range;
-use super::ranged::{Fetched, RangedObject, Remote};
+use super::ranged::{Fetched, RangedObject, Remote, Version};
 use super::retry::RetryPolicy;
 use super::sink::PartSink;
 use crate::error::{Error, ErrorKind, Result};
@@ -28,7 +28,7 @@ use crate::location::Location;
 pub struct S3Source {
     target: Target,
     /// Its version: the ETag learned at discovery.
-    remote: Remote<Option<String>>,
+    remote: Remote<ETag>,
 }
 
 /// One object and the store it is in.
@@ -83,7 +83,7 @@ impl S3Source {
             .bucket(&self.target.bucket)
             .key(&self.target.key)
             .range(format!("bytes={}-{}", start, end - 1));
-        if let Some(Some(etag)) = self.remote.pinned.get() {
+        if let Some(ETag(Some(etag))) = self.remote.pinned.get() {
             req = req.if_match(etag);
         }
         req.send()
@@ -92,14 +92,30 @@ impl S3Source {
     }
 }
 
-impl RangedObject for S3Source {
-    type Version = Option<String>;
+/// An object's ETag as a response states it; one that states none cannot
+/// be compared (its If-Match was still sent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ETag(pub Option<String>);
 
-    fn remote(&self) -> &Remote<Option<String>> {
+impl Version for ETag {
+    fn differs(&self, seen: &ETag) -> Option<(String, String)> {
+        match (&self.0, &seen.0) {
+            (Some(pinned), Some(seen)) if pinned != seen => {
+                Some((format!("ETag {pinned}"), format!("ETag {seen}")))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl RangedObject for S3Source {
+    type Version = ETag;
+
+    fn remote(&self) -> &Remote<ETag> {
         &self.remote
     }
 
-    async fn get_once(&self, start: u64, len: u64) -> Result<Fetched<Option<String>>> {
+    async fn get_once(&self, start: u64, len: u64) -> Result<Fetched<ETag>> {
         let end = start + len;
         let out = self.get(start, end).await?;
         let total = content_range::check(out.content_range(), false, start, end)?.or_else(|| {
@@ -107,7 +123,7 @@ impl RangedObject for S3Source {
                 .and_then(|l| u64::try_from(l).ok())
                 .filter(|_| start == 0)
         });
-        let etag = out.e_tag().map(str::to_string);
+        let etag = ETag(out.e_tag().map(str::to_string));
         let bytes = out.body.collect().await.map_err(|e| {
             Error::new(ErrorKind::Network, format!("response body broke off: {e}"))
                 .with_range(start..end)
@@ -123,6 +139,8 @@ impl RangedObject for S3Source {
     async fn stream(&self, start: u64, end: u64, sink: &mut PartSink<'_>) -> Result<()> {
         let out = self.get(start, end).await?;
         content_range::check(out.content_range(), false, start, end)?;
+        let seen = ETag(out.e_tag().map(str::to_string));
+        self.remote.check_version(&seen, start..end)?;
         let mut body = out.body;
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| {
@@ -132,5 +150,41 @@ impl RangedObject for S3Source {
             sink.write(&chunk)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remote(pinned: Option<&str>) -> Remote<ETag> {
+        let r = Remote::new("s3://b/k".to_string(), RetryPolicy::default());
+        let _ = r.pinned.set(ETag(pinned.map(str::to_string)));
+        r
+    }
+
+    #[test]
+    fn a_response_with_another_etag_is_a_changed_object() {
+        let r = remote(Some("\"v1\""));
+        let err = r
+            .check_version(&ETag(Some("\"v2\"".into())), 10..20)
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Changed);
+        assert_eq!(err.range(), Some(10..20));
+        let text = err.to_string();
+        assert!(text.contains("\"v1\"") && text.contains("\"v2\""), "{text}");
+    }
+
+    #[test]
+    fn the_same_or_no_etag_passes() {
+        let r = remote(Some("\"v1\""));
+        assert!(r.check_version(&ETag(Some("\"v1\"".into())), 0..1).is_ok());
+        assert!(r.check_version(&ETag(None), 0..1).is_ok());
+        // Nothing pinned yet (discovery) and nothing to pin both pass.
+        let fresh: Remote<ETag> = Remote::new("s3://b/k".to_string(), RetryPolicy::default());
+        assert!(fresh.check_version(&ETag(Some("x".into())), 0..1).is_ok());
+        assert!(remote(None)
+            .check_version(&ETag(Some("x".into())), 0..1)
+            .is_ok());
     }
 }
