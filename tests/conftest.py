@@ -62,6 +62,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "moto: needs moto_server (fails under CI=true when it is missing)"
     )
+    config.addinivalue_line(
+        "markers", "gcs: needs fake-gcs-server (fails under CI=true when it is missing)"
+    )
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

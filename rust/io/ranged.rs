@@ -75,6 +75,22 @@ impl<V: Version> Remote<V> {
     }
 }
 
+/// An object's ETag as a response states it (S3, GCS); one that states
+/// none cannot be compared (its If-Match was still sent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ETag(pub Option<String>);
+
+impl Version for ETag {
+    fn differs(&self, seen: &ETag) -> Option<(String, String)> {
+        match (&self.0, &seen.0) {
+            (Some(pinned), Some(seen)) if pinned != seen => {
+                Some((format!("ETag {pinned}"), format!("ETag {seen}")))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The two requests that differ between S3 and HTTP.
 pub trait RangedObject: Send + Sync + 'static {
     type Version: Version;
@@ -201,5 +217,41 @@ impl<T: RangedObject> RangeSource for T {
                 .check_version(&got.version, offset..offset + len)?;
             exact(got.bytes, offset, len)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remote(pinned: Option<&str>) -> Remote<ETag> {
+        let r = Remote::new("s3://b/k".to_string(), RetryPolicy::default());
+        let _ = r.pinned.set(ETag(pinned.map(str::to_string)));
+        r
+    }
+
+    #[test]
+    fn a_response_with_another_etag_is_a_changed_object() {
+        let r = remote(Some("\"v1\""));
+        let err = r
+            .check_version(&ETag(Some("\"v2\"".into())), 10..20)
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Changed);
+        assert_eq!(err.range(), Some(10..20));
+        let text = err.to_string();
+        assert!(text.contains("\"v1\"") && text.contains("\"v2\""), "{text}");
+    }
+
+    #[test]
+    fn the_same_or_no_etag_passes() {
+        let r = remote(Some("\"v1\""));
+        assert!(r.check_version(&ETag(Some("\"v1\"".into())), 0..1).is_ok());
+        assert!(r.check_version(&ETag(None), 0..1).is_ok());
+        // Nothing pinned yet (discovery) and nothing to pin both pass.
+        let fresh: Remote<ETag> = Remote::new("s3://b/k".to_string(), RetryPolicy::default());
+        assert!(fresh.check_version(&ETag(Some("x".into())), 0..1).is_ok());
+        assert!(remote(None)
+            .check_version(&ETag(Some("x".into())), 0..1)
+            .is_ok());
     }
 }

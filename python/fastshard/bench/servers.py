@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .gcs import FakeGcs, find_fake_gcs
 from .moto import MotoS3
 from .procs import (
     MissingBinary,
@@ -38,12 +39,14 @@ __all__ = [
     "BUCKET",
     "PUBLIC_BUCKET",
     "SECRET_KEY",
+    "FakeGcs",
     "MissingBinary",
     "MotoS3",
     "Nginx",
     "S3Store",
     "SeaweedFS",
     "find_binary",
+    "find_fake_gcs",
     "free_port",
     "http_status",
     "loopback",

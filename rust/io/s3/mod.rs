@@ -19,7 +19,7 @@ use aws_sdk_s3::operation::get_object::GetObjectOutput;
 pub use config::{Addressing, CredentialSource, EnvSnapshot, S3Options};
 
 use super::content_range;
-use super::ranged::{Fetched, RangedObject, Remote, Version};
+use super::ranged::{ETag, Fetched, RangedObject, Remote};
 use super::retry::RetryPolicy;
 use super::sink::PartSink;
 use crate::error::{Error, ErrorKind, Result};
@@ -92,22 +92,6 @@ impl S3Source {
     }
 }
 
-/// An object's ETag as a response states it; one that states none cannot
-/// be compared (its If-Match was still sent).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ETag(pub Option<String>);
-
-impl Version for ETag {
-    fn differs(&self, seen: &ETag) -> Option<(String, String)> {
-        match (&self.0, &seen.0) {
-            (Some(pinned), Some(seen)) if pinned != seen => {
-                Some((format!("ETag {pinned}"), format!("ETag {seen}")))
-            }
-            _ => None,
-        }
-    }
-}
-
 impl RangedObject for S3Source {
     type Version = ETag;
 
@@ -150,41 +134,5 @@ impl RangedObject for S3Source {
             sink.write(&chunk)?;
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn remote(pinned: Option<&str>) -> Remote<ETag> {
-        let r = Remote::new("s3://b/k".to_string(), RetryPolicy::default());
-        let _ = r.pinned.set(ETag(pinned.map(str::to_string)));
-        r
-    }
-
-    #[test]
-    fn a_response_with_another_etag_is_a_changed_object() {
-        let r = remote(Some("\"v1\""));
-        let err = r
-            .check_version(&ETag(Some("\"v2\"".into())), 10..20)
-            .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Changed);
-        assert_eq!(err.range(), Some(10..20));
-        let text = err.to_string();
-        assert!(text.contains("\"v1\"") && text.contains("\"v2\""), "{text}");
-    }
-
-    #[test]
-    fn the_same_or_no_etag_passes() {
-        let r = remote(Some("\"v1\""));
-        assert!(r.check_version(&ETag(Some("\"v1\"".into())), 0..1).is_ok());
-        assert!(r.check_version(&ETag(None), 0..1).is_ok());
-        // Nothing pinned yet (discovery) and nothing to pin both pass.
-        let fresh: Remote<ETag> = Remote::new("s3://b/k".to_string(), RetryPolicy::default());
-        assert!(fresh.check_version(&ETag(Some("x".into())), 0..1).is_ok());
-        assert!(remote(None)
-            .check_version(&ETag(Some("x".into())), 0..1)
-            .is_ok());
     }
 }
