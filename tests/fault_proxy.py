@@ -2,7 +2,8 @@
 or SeaweedFS it answers 503 SlowDown, resets connections, truncates or
 stalls bodies, and misstates Content-Range or ETag, on a seeded schedule;
 it can also play a store that ignores conditional requests (If-Match and
-its kin dropped before forwarding). It logs every request it saw."""
+its kin dropped before forwarding) or one whose multipart-upload answer
+has another XML root. It logs every request it saw."""
 
 from __future__ import annotations
 
@@ -37,6 +38,9 @@ class Faults:
     # If-Match does (only for unsigned requests or a server that does not
     # check signatures: SigV4 signs these headers).
     ignore_conditions: bool = False
+    # CreateMultipartUpload answers (POST ?uploads) with their XML root
+    # renamed to this, as a store that names it differently does.
+    xml_root: bytes | None = None
 
 
 @dataclass
@@ -206,6 +210,15 @@ class FaultProxy:
                     _relay(urf, client, length // 2)
                     _reset(client)
                     return
+                if self.faults.xml_root and method == "POST" and "?uploads" in target:
+                    assert length is not None and length >= 0, "a sized answer"
+                    answer = urf.read(length).replace(
+                        b"InitiateMultipartUploadResult", self.faults.xml_root
+                    )
+                    size = b"%d" % len(answer)
+                    rraw = _rewrite_header(rraw, b"content-length", lambda v, n=size: n)
+                    client.sendall(rraw + answer)
+                    continue
                 if fate == "wrong_range" and not shift_request:
                     rraw = _rewrite_header(rraw, b"content-range", _shifted_range)
                 elif fate == "etag":

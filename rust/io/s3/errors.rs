@@ -18,6 +18,22 @@ where
     request.await.map_err(|e| map(e, creds))
 }
 
+/// An error and its sources, each said once: the operation error's own
+/// chain, not the raw response (`DisplayErrorContext` of the whole
+/// `SdkError` would print its headers and body too).
+fn causes(err: &dyn std::error::Error) -> String {
+    let mut parts: Vec<String> = vec![err.to_string()];
+    let mut next = err.source();
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = e.source();
+    }
+    parts.join(": ")
+}
+
 pub fn map<E>(err: SdkError<E, HttpResponse>, creds: CredentialSource) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
@@ -68,7 +84,7 @@ where
                 _ => {
                     let detail = match se.err().message() {
                         Some(m) if !m.trim().is_empty() => m.to_string(),
-                        _ => DisplayErrorContext(&err).to_string(),
+                        _ => causes(se.err()),
                     };
                     format!("S3 request failed: HTTP {http}{code}: {detail}")
                 }
@@ -134,6 +150,11 @@ mod tests {
         assert!(text.contains("HTTP 200"), "{text}");
         assert!(text.contains("invalid XML root"), "{text}");
         assert!(!text.contains(" :"), "{text}");
+        // The operation error's chain, not the raw response.
+        assert!(
+            !text.contains("SdkBody") && !text.contains("raw:"),
+            "{text}"
+        );
     }
 
     #[test]
