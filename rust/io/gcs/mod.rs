@@ -11,6 +11,8 @@
 //! emulator are unsigned unless a service account is given), then Google's.
 
 #[cfg(feature = "gcs")]
+mod client;
+#[cfg(feature = "gcs")]
 mod source;
 
 use std::path::PathBuf;

@@ -7,14 +7,12 @@
 //! GCS emulator ignores If-Match, as some stores do).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures_util::StreamExt;
-use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::path::Path as ObjectPath;
-use object_store::{ClientOptions, GetOptions, GetRange, GetResult, ObjectStore, RetryConfig};
+use object_store::{GetOptions, GetRange, GetResult, ObjectStore};
 
-use super::{endpoint, GcsOptions, EMULATOR_VAR};
+use super::{client, GcsOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::capped::CappedBody;
 use crate::io::ranged::{ETag, Fetched, RangedObject, Remote};
@@ -28,52 +26,6 @@ pub struct GcsSource {
     remote: Remote<ETag>,
 }
 
-/// Where credentials came from, as messages name it (never their content).
-fn credential_source(opts: &GcsOptions, emulated: bool) -> String {
-    if let Some(p) = &opts.service_account {
-        format!("the service-account file {}", p.display())
-    } else if opts.anonymous || emulated {
-        "none (unsigned requests)".to_string()
-    } else if let Ok(p) = std::env::var("GOOGLE_APPLICATION_CREDENTIALS") {
-        format!("GOOGLE_APPLICATION_CREDENTIALS ({p})")
-    } else {
-        "Google's default credentials (gcloud, the metadata server)".to_string()
-    }
-}
-
-/// The bucket's client, credentials resolved as `super` describes.
-fn build(bucket: &str, opts: &GcsOptions) -> Result<(Arc<dyn ObjectStore>, String)> {
-    let emulator = std::env::var(EMULATOR_VAR).ok();
-    let (base, emulated) = endpoint(opts, emulator.as_deref());
-    let creds = credential_source(opts, emulated);
-    let mut client = ClientOptions::new()
-        .with_timeout_disabled()
-        .with_connect_timeout(Duration::from_secs(10));
-    let mut b = GoogleCloudStorageBuilder::new().with_bucket_name(bucket);
-    if let Some(base) = &base {
-        client = client.with_allow_http(base.starts_with("http://"));
-        b = b.with_base_url(base);
-    }
-    b = b.with_client_options(client).with_retry(RetryConfig {
-        max_retries: 0,
-        ..RetryConfig::default()
-    });
-    if let Some(path) = &opts.service_account {
-        b = b.with_service_account_path(path.to_string_lossy());
-    } else if opts.anonymous || emulated {
-        b = b.with_skip_signature(true);
-    } else if let Ok(path) = std::env::var("GOOGLE_APPLICATION_CREDENTIALS") {
-        b = b.with_application_credentials(path);
-    }
-    let store = b.build().map_err(|e| {
-        Error::new(
-            ErrorKind::Auth,
-            format!("GCS credentials unusable; they came from {creds}: {e}"),
-        )
-    })?;
-    Ok((Arc::new(store), creds))
-}
-
 impl GcsSource {
     pub fn open(loc: &Location, opts: &GcsOptions, policy: RetryPolicy) -> Result<GcsSource> {
         let shown = loc.display().to_string();
@@ -81,7 +33,7 @@ impl GcsSource {
         let path = ObjectPath::parse(key).map_err(|e| {
             Error::invalid(format!("not a usable GCS object name: {e}")).with_uri(&shown)
         })?;
-        let (store, _) = build(bucket, opts).map_err(|e| e.with_uri(&shown))?;
+        let store = client::store(bucket, opts).map_err(|e| e.with_uri(&shown))?;
         Ok(GcsSource {
             store,
             path,
@@ -193,25 +145,6 @@ impl RangedObject for GcsSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_malformed_service_account_file_is_a_typed_error_without_its_content() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sa.json");
-        let secret = "-----BEGIN PRIVATE KEY-----\nc2VjcmV0LWtleS1tYXRlcmlhbA==";
-        std::fs::write(&path, format!("{{\"private_key\": \"{secret}")).unwrap();
-        let opts = GcsOptions {
-            service_account: Some(path.clone()),
-            ..GcsOptions::default()
-        };
-        let Err(err) = build("bucket", &opts) else {
-            panic!("a truncated key file was accepted");
-        };
-        assert_eq!(err.kind(), ErrorKind::Auth);
-        let text = err.to_string();
-        assert!(text.contains("sa.json"), "{text}");
-        assert!(!text.contains("c2VjcmV0"), "{text}");
-    }
 
     #[test]
     fn store_errors_map_to_kinds() {
