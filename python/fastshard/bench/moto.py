@@ -7,7 +7,14 @@ moto accepts any key and secret unless told to check: with
 and verifies every later request's SigV4 signature against the access keys
 of its own IAM. The set-up spends exactly those actions on an IAM user, its
 key and the buckets, so the tests run against a server that rejects a wrong
-secret (``auth=False`` keeps moto's default: anyone may do anything)."""
+secret (``auth=False`` keeps moto's default: anyone may do anything).
+
+Where moto 5.2.5 differs from SeaweedFS, as the tests met it: a ranged GET
+answers with the whole object's ETag, and If-Match is honoured (412), as on
+SeaweedFS; a multipart object's ETag is the MD5 of the part MD5s with
+"-<parts>", as on AWS; with signatures checked, a presigned URL (the query
+string form tensorizer's S3 path uses) gets a 500, since moto looks for an
+Authorization header only; anonymous requests get 403 even on "public"."""
 
 from __future__ import annotations
 
