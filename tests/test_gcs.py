@@ -74,6 +74,26 @@ def test_tensor_parallel_slices(gcs, gcs_corpus, rank):
     assert fetched < 0.6 * sum(c.source[n].nbytes for n in names)
 
 
+def test_sharded_set_with_its_manifest(gcs, tmp_path):
+    from test_sharded_files import assert_state_equal, rank_state
+
+    from fastshard import _native, shard
+
+    local = tmp_path / "set"
+    local.mkdir()
+    sources = [rank_state(r, 2) for r in range(2)]
+    fastshard.save_sharded(sources, f"{local}/")
+    for f in local.iterdir():
+        gcs.upload(f, f"set/{f.name}")
+    base = f"gs://{gcs.bucket}/set/"
+    assert _native.read_object(base + shard.MANIFEST_NAME, **gcs.opts()) is not None
+    assert _native.read_object(base + "nothing.json", **gcs.opts()) is None
+    out = fastshard.load_state_dict(base, rank=1, world_size=2, **gcs.opts())
+    assert_state_equal(out, sources[1])
+    with pytest.raises(fastshard.ShardMismatchError, match="says world_size=2"):
+        fastshard.load_state_dict(base, rank=0, world_size=4, **gcs.opts())
+
+
 def test_emulator_variable_routes_unsigned_requests(gcs, gcs_corpus, monkeypatch):
     c = gcs_corpus["fs-special"]
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"127.0.0.1:{gcs.port}")

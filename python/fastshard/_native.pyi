@@ -309,8 +309,8 @@ def write_file(
 def read_object(
     uri: str | Location, *, max_bytes: int = 16 << 20, **opts: Unpack[_SourceOptions]
 ) -> bytes | None:
-    """The whole object at ``uri`` (local path, ``file://``, ``s3://`` or
-    ``http(s)://``), or None when it does not exist (NotFound; a missing
+    """The whole object at ``uri`` (local path, ``file://``, ``s3://``,
+    ``gs://`` or ``http(s)://``), or None when it does not exist (NotFound; a missing
     bucket counts). An object over ``max_bytes`` raises InvalidArgumentError
     before it is read when the store says its size; other failures raise
     typed (AuthError naming the credential source, StorageError, ...).
