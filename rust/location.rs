@@ -18,6 +18,8 @@ pub enum Kind {
     File,
     /// `s3://bucket/key`.
     S3,
+    /// `gs://bucket/key` (Google Cloud Storage).
+    Gcs,
     /// `http://` or `https://`.
     Http,
 }
@@ -27,6 +29,7 @@ impl Kind {
         match self {
             Kind::File => "file",
             Kind::S3 => "s3",
+            Kind::Gcs => "gs",
             Kind::Http => "http",
         }
     }
@@ -44,7 +47,8 @@ pub struct Location {
     head_len: usize,
     /// Where the local path starts in `uri` (after `file://`), for `File`.
     path_start: usize,
-    /// Where the bucket ends in `uri` (and the key starts after the `/`), for `S3`.
+    /// Where the bucket ends in `uri` (and the key starts after the `/`),
+    /// for `S3` and `Gcs`.
     bucket: std::ops::Range<usize>,
 }
 
@@ -96,9 +100,9 @@ fn redact_url(uri: &str, rest_start: usize) -> String {
 }
 
 impl Location {
-    /// Parses `uri`: `s3://bucket/key`, `http(s)://…`, `file://path` or a
-    /// plain local path. An unknown scheme is `Unsupported`; `s3://`
-    /// without a bucket is `InvalidArgument`.
+    /// Parses `uri`: `s3://bucket/key`, `gs://bucket/key`, `http(s)://…`,
+    /// `file://path` or a plain local path. An unknown scheme is
+    /// `Unsupported`; `s3://` or `gs://` without a bucket is `InvalidArgument`.
     pub fn parse(uri: &str) -> Result<Location> {
         let mut loc = Location {
             uri: uri.to_string(),
@@ -113,15 +117,15 @@ impl Location {
         };
         match scheme.to_ascii_lowercase().as_str() {
             "file" => loc.path_start = rest,
-            "s3" => {
+            s @ ("s3" | "gs") => {
                 let end = uri[rest..].find('/').map_or(uri.len(), |i| rest + i);
                 if end == rest {
-                    return Err(Error::invalid(
-                        "an S3 URI needs a bucket: s3://bucket/key or s3://bucket/prefix/",
-                    )
+                    return Err(Error::invalid(format!(
+                        "a {s}:// URI needs a bucket: {s}://bucket/key or {s}://bucket/prefix/"
+                    ))
                     .with_uri(uri));
                 }
-                loc.kind = Kind::S3;
+                loc.kind = if s == "s3" { Kind::S3 } else { Kind::Gcs };
                 loc.bucket = rest..end;
             }
             "http" | "https" => {
@@ -133,7 +137,8 @@ impl Location {
                 return Err(Error::new(
                     ErrorKind::Unsupported,
                     format!(
-                        "unsupported URI scheme {other:?}: use s3://, http(s)://, file:// or a path"
+                        "unsupported URI scheme {other:?}: use s3://, gs://, http(s)://, \
+                         file:// or a path"
                     ),
                 )
                 .with_uri(redact_url(uri, rest)))
@@ -162,25 +167,40 @@ impl Location {
         (self.kind == Kind::File).then(|| &self.uri[self.path_start..])
     }
 
-    pub fn bucket(&self) -> Option<&str> {
-        (self.kind == Kind::S3).then(|| &self.uri[self.bucket.clone()])
+    /// Whether it names an object in a bucket (s3:// or gs://).
+    fn in_bucket(&self) -> bool {
+        matches!(self.kind, Kind::S3 | Kind::Gcs)
     }
 
-    /// The S3 key: empty or ending in "/" for a prefix.
+    pub fn bucket(&self) -> Option<&str> {
+        self.in_bucket().then(|| &self.uri[self.bucket.clone()])
+    }
+
+    /// The S3 or GCS key: empty or ending in "/" for a prefix.
     pub fn key(&self) -> Option<&str> {
-        (self.kind == Kind::S3).then(|| self.uri.get(self.bucket.end + 1..).unwrap_or(""))
+        self.in_bucket()
+            .then(|| self.uri.get(self.bucket.end + 1..).unwrap_or(""))
+    }
+
+    /// The bucket and key of one object (a key is required).
+    pub fn object(&self) -> Result<(&str, &str)> {
+        let scheme = self.kind.as_str();
+        match (self.bucket(), self.key()) {
+            (Some(bucket), Some(key)) if !key.is_empty() => Ok((bucket, key)),
+            (Some(_), _) => Err(Error::invalid(format!(
+                "a {scheme}:// URI needs a bucket and a key: {scheme}://bucket/key"
+            ))
+            .with_uri(self.display())),
+            _ => Err(Error::invalid("not an s3:// or gs:// URI").with_uri(self.display())),
+        }
     }
 
     /// The S3 bucket and key of one object (a key is required).
     pub fn s3_object(&self) -> Result<(&str, &str)> {
-        match (self.bucket(), self.key()) {
-            (Some(bucket), Some(key)) if !key.is_empty() => Ok((bucket, key)),
-            (Some(_), _) => Err(Error::invalid(
-                "an S3 URI needs a bucket and a key: s3://bucket/key",
-            )
-            .with_uri(self.display())),
-            _ => Err(Error::invalid("not an s3:// URI").with_uri(self.display())),
+        if self.kind != Kind::S3 {
+            return Err(Error::invalid("not an s3:// URI").with_uri(self.display()));
         }
+        self.object()
     }
 
     /// What a per-rank template may rewrite: the whole URI, or an http(s)
@@ -207,7 +227,7 @@ impl Location {
         let head = self.head();
         let root = match self.kind {
             Kind::File => 0,
-            Kind::S3 => self.bucket.end,
+            Kind::S3 | Kind::Gcs => self.bucket.end,
             // The authority ends at the first "/" after the scheme's.
             Kind::Http => {
                 let rest = scheme(head).map_or(0, |(_, r)| r);

@@ -88,9 +88,9 @@ fn http_urls_hide_user_info_query_and_fragment() {
 
 #[test]
 fn unknown_schemes_are_unsupported_and_redacted() {
-    let e = Location::parse("gs://user:pw@b/k?sig=s").unwrap_err();
+    let e = Location::parse("az://user:pw@b/k?sig=s").unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Unsupported);
-    assert_eq!(e.uri(), Some("gs://b/k?…"));
+    assert_eq!(e.uri(), Some("az://b/k?…"));
     assert!(!e.to_string().contains("pw") && !e.to_string().contains("sig"));
     assert_eq!(
         Location::parse("://x").unwrap_err().kind(),
@@ -170,4 +170,19 @@ proptest! {
         prop_assert_eq!(shown.to_string(), format!("{scheme}://{host}{path}?…"));
         prop_assert_eq!(l.query(), format!("?{query}{fragment}"));
     }
+}
+
+#[test]
+fn gcs_objects_have_a_bucket_and_a_key() {
+    let loc = parse("gs://bucket/dir/model.tensors");
+    assert_eq!(loc.kind(), Kind::Gcs);
+    assert_eq!(loc.object().unwrap(), ("bucket", "dir/model.tensors"));
+    assert_eq!(loc.dir(), "gs://bucket/dir/");
+    assert!(loc.s3_object().is_err());
+    assert!(parse("gs://bucket/prefix/").is_dir());
+    assert_eq!(parse("gs://bucket").dir(), "gs://bucket/");
+    let e = Location::parse("gs:///k").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    let e = parse("gs://bucket").object().unwrap_err();
+    assert!(e.to_string().contains("gs://bucket/key"), "{e}");
 }

@@ -92,6 +92,6 @@ fn http_is_read_only_and_other_schemes_unsupported() {
         assert_eq!(err.kind(), ErrorKind::Unsupported);
         assert!(!err.to_string().contains("secret"), "{err}");
     }
-    let err = Location::parse("gs://b/k").unwrap_err();
+    let err = Location::parse("az://b/k").unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported);
 }

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 from fault_proxy import FaultProxy, Faults
-from servers import Nginx, SeaweedFS, require_binary
+from servers import MotoS3, Nginx, S3Store, SeaweedFS, require_binary
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # vLLM's config objects and argument parsing need it on a machine without a
@@ -59,6 +59,12 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "s3: needs the SeaweedFS binary (fails under CI=true when it is missing)"
     )
     config.addinivalue_line("markers", "http: needs nginx (fails under CI=true when it is missing)")
+    config.addinivalue_line(
+        "markers", "moto: needs moto_server (fails under CI=true when it is missing)"
+    )
+    config.addinivalue_line(
+        "markers", "gcs: needs fake-gcs-server (fails under CI=true when it is missing)"
+    )
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -83,6 +89,41 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
         yield server.start(weed)
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
+    """moto's S3 server for the whole session, checking SigV4 signatures
+    against the key it made (buckets "models" and "public")."""
+    binary = require_binary(
+        "moto_server", os.path.join(os.path.dirname(sys.executable), "moto_server")
+    )
+    server = MotoS3(tmp_path_factory.mktemp("moto"))
+    try:
+        yield server.start(binary)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("seaweed", marks=pytest.mark.s3),
+        pytest.param("moto", marks=pytest.mark.moto),
+    ]
+)
+def s3_server(request: pytest.FixtureRequest) -> S3Store:
+    """Each S3 implementation the S3 tests run against, in turn: SeaweedFS,
+    then moto (tests that need what moto lacks take ``seaweed`` itself)."""
+    server: S3Store = request.getfixturevalue(request.param)
+    return server
+
+
+@pytest.fixture
+def s3_server_corpus(request: pytest.FixtureRequest, s3_server: S3Store) -> dict[str, Any]:
+    """The corpus on ``s3_server``: the same s3:// URIs on either server."""
+    name = "s3_corpus" if isinstance(s3_server, SeaweedFS) else "moto_corpus"
+    files: dict[str, Any] = request.getfixturevalue(name)
+    return files
 
 
 @pytest.fixture(scope="session")
@@ -239,6 +280,14 @@ def s3_corpus(seaweed: SeaweedFS, corpus: dict[str, Any]) -> dict[str, Any]:
     """The corpus uploaded (boto3) to s3://models/corpus/."""
     for name, c in corpus.items():
         c.uris["s3"] = seaweed.upload(c.path, f"corpus/{name}.tensors")
+    return corpus
+
+
+@pytest.fixture(scope="session")
+def moto_corpus(moto: MotoS3, corpus: dict[str, Any]) -> dict[str, Any]:
+    """The corpus uploaded to moto, at the URIs it has on SeaweedFS."""
+    for name, c in corpus.items():
+        c.uris["s3"] = moto.upload(c.path, f"corpus/{name}.tensors")
     return corpus
 
 

@@ -1,7 +1,9 @@
 """A fault-injecting HTTP/1.1 proxy for loopback tests: in front of nginx
 or SeaweedFS it answers 503 SlowDown, resets connections, truncates or
-stalls bodies, and misstates Content-Range or ETag, on a seeded schedule,
-and logs every request it saw."""
+stalls bodies, and misstates Content-Range or ETag, on a seeded schedule;
+it can also play a store that ignores conditional requests (If-Match and
+its kin dropped before forwarding) or one whose multipart-upload answer
+has another XML root. It logs every request it saw."""
 
 from __future__ import annotations
 
@@ -32,6 +34,13 @@ class Faults:
     wrong_range: float = 0.0  # forward, claiming another range in Content-Range
     etag: float = 0.0  # forward with a different ETag (pinned at discovery: 412s follow)
     stall_seconds: float = 1.0
+    # Every request: forward without its conditions, as a store that ignores
+    # If-Match does (only for unsigned requests or a server that does not
+    # check signatures: SigV4 signs these headers).
+    ignore_conditions: bool = False
+    # CreateMultipartUpload answers (POST ?uploads) with their XML root
+    # renamed to this, as a store that names it differently does.
+    xml_root: bytes | None = None
 
 
 @dataclass
@@ -178,6 +187,8 @@ class FaultProxy:
                 )
                 if shift_request:
                     raw = _rewrite_header(raw, b"range", _shifted_request_range)
+                if self.faults.ignore_conditions:
+                    raw = _drop_headers(raw, CONDITIONS)
                 upstream.sendall(raw + body)
                 resp = _read_head(urf)
                 if resp is None:
@@ -199,6 +210,15 @@ class FaultProxy:
                     _relay(urf, client, length // 2)
                     _reset(client)
                     return
+                if self.faults.xml_root and method == "POST" and "?uploads" in target:
+                    assert length is not None and length >= 0, "a sized answer"
+                    answer = urf.read(length).replace(
+                        b"InitiateMultipartUploadResult", self.faults.xml_root
+                    )
+                    size = b"%d" % len(answer)
+                    rraw = _rewrite_header(rraw, b"content-length", lambda v, n=size: n)
+                    client.sendall(rraw + answer)
+                    continue
                 if fate == "wrong_range" and not shift_request:
                     rraw = _rewrite_header(rraw, b"content-range", _shifted_range)
                 elif fate == "etag":
@@ -316,6 +336,15 @@ def _relay_chunked(rf: Any, out: socket.socket) -> None:
                 if line in (b"\r\n", b"\n", b""):
                     return
         _relay(rf, out, size + 2)
+
+
+CONDITIONS = (b"if-match", b"if-none-match", b"if-unmodified-since", b"if-modified-since")
+
+
+def _drop_headers(raw: bytes, names: tuple[bytes, ...]) -> bytes:
+    lines = raw.split(b"\r\n")
+    kept = [line for line in lines if line.partition(b":")[0].strip().lower() not in names]
+    return b"\r\n".join(kept)
 
 
 def _rewrite_header(raw: bytes, name: bytes, new: Callable[[bytes], bytes]) -> bytes:

@@ -14,10 +14,14 @@ from fastshard.bench.servers import (  # noqa: F401 (re-exported for the tests)
     BUCKET,
     PUBLIC_BUCKET,
     SECRET_KEY,
+    FakeGcs,
     MissingBinary,
+    MotoS3,
     Nginx,
+    S3Store,
     SeaweedFS,
     find_binary,
+    find_fake_gcs,
     free_port,
     no_range_server,
     spawn,
@@ -31,6 +35,11 @@ def require_binary(name: str, *candidates: str) -> str:
     """Path of a server binary. Missing: a failure under CI (CI=true), since
     CI must run these tests; a skip on a developer machine."""
     return _required(lambda: find_binary(name, *candidates))
+
+
+def require_fake_gcs() -> str:
+    """The GCS emulator's binary; missing, as ``require_binary``."""
+    return _required(find_fake_gcs)
 
 
 def require_shaper() -> str:

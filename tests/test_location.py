@@ -92,8 +92,8 @@ def test_presigned_url() -> None:
 
 def test_bad_scheme_and_s3_without_bucket() -> None:
     with pytest.raises(UnsupportedError) as info:
-        Location("gs://user:pw@b/k?sig=x")
-    assert info.value.uri == "gs://b/k?…"
+        Location("az://user:pw@b/k?sig=x")
+    assert info.value.uri == "az://b/k?…"
     assert "pw" not in str(info.value) and "sig" not in str(info.value)
     for bad in ("s3://", "s3:///key"):
         with pytest.raises(InvalidArgumentError):

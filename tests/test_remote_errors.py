@@ -1,20 +1,23 @@
-"""Typed errors from real servers: wrong secret, missing objects and
-buckets, an object replaced mid-load, presigned URLs, servers that ignore
+"""Typed errors from real servers (SeaweedFS and moto for S3, nginx):
+wrong secret, missing objects and buckets, an object replaced mid-load (also
+on a store that ignores If-Match), presigned URLs, servers that ignore
 Range. Messages name the URI (bucket and key) and never hold a secret."""
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from conftest import assert_bit_equal, random_tensor
-from fault_proxy import FaultProxy
-from servers import no_range_server, require_binary
+from fault_proxy import FaultProxy, Faults
+from servers import MotoS3, no_range_server, require_binary
 
 import fastshard
 
@@ -42,15 +45,14 @@ def two_versions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return out[0], out[1]
 
 
-@S3
-def test_wrong_secret_is_a_fast_auth_error(seaweed, s3_corpus):
-    uri = s3_corpus["tz-dtypes"].uris["s3"]
+def test_wrong_secret_is_a_fast_auth_error(s3_server, s3_server_corpus):
+    uri = s3_server_corpus["tz-dtypes"].uris["s3"]
     secret = "not-the-secret-Hq7Lp0"
-    with FaultProxy(seaweed.s3_port) as proxy:  # pass-through, counts requests
+    with FaultProxy(s3_server.s3_port) as proxy:  # pass-through, counts requests
         started = time.monotonic()
         with pytest.raises(fastshard.AuthError) as info:
             fastshard.open(
-                uri, **seaweed.opts(s3_endpoint=proxy.endpoint, s3_secret_access_key=secret)
+                uri, **s3_server.opts(s3_endpoint=proxy.endpoint, s3_secret_access_key=secret)
             )
         elapsed = time.monotonic() - started
     assert elapsed < 5.0, f"AuthError took {elapsed:.2f} s"
@@ -60,41 +62,39 @@ def test_wrong_secret_is_a_fast_auth_error(seaweed, s3_corpus):
     assert uri in str(err) and err.uri == uri
     assert "explicit" in str(err)  # names the credential source
     text = _text(err)
-    assert secret not in text and seaweed.secret_key not in text
+    assert secret not in text and s3_server.secret_key not in text
     # An unknown key id is an AuthError too.
     with pytest.raises(fastshard.AuthError):
-        fastshard.open(uri, **seaweed.opts(s3_access_key_id="nobody"))
+        fastshard.open(uri, **s3_server.opts(s3_access_key_id="nobody"))
 
 
-@S3
-def test_wrong_secret_on_save(seaweed):
+def test_wrong_secret_on_save(s3_server):
     secret = "not-the-secret-Hq7Lp0"
-    uri = f"s3://{seaweed.bucket}/denied/x.tensors"
+    uri = f"s3://{s3_server.bucket}/denied/x.tensors"
     with pytest.raises(fastshard.AuthError) as info:
-        fastshard.save({"a": torch.ones(4)}, uri, **seaweed.opts(s3_secret_access_key=secret))
+        fastshard.save({"a": torch.ones(4)}, uri, **s3_server.opts(s3_secret_access_key=secret))
     assert secret not in _text(info.value)
     with pytest.raises(fastshard.NotFoundError):
-        fastshard.open(uri, **seaweed.opts())  # nothing half-written
+        fastshard.open(uri, **s3_server.opts())  # nothing half-written
 
 
-@S3
-def test_missing_key_and_bucket(seaweed, s3_corpus):
-    uri = f"s3://{seaweed.bucket}/no/such/key.tensors"
+def test_missing_key_and_bucket(s3_server):
+    uri = f"s3://{s3_server.bucket}/no/such/key.tensors"
     with pytest.raises(fastshard.NotFoundError) as info:
-        fastshard.load_state_dict(uri, **seaweed.opts())
+        fastshard.load_state_dict(uri, **s3_server.opts())
     assert isinstance(info.value, FileNotFoundError)
     assert uri in str(info.value)
     assert info.value.uri == uri
     uri = "s3://no-such-bucket-xyz/model.tensors"
     with pytest.raises(FileNotFoundError) as info:
-        fastshard.open(uri, **seaweed.opts())
+        fastshard.open(uri, **s3_server.opts())
     assert isinstance(info.value, fastshard.NotFoundError)
     assert "no-such-bucket-xyz" in str(info.value)
     model = torch.nn.Linear(2, 2)
     with pytest.raises(fastshard.NotFoundError):
-        fastshard.load(model, uri, **seaweed.opts())
+        fastshard.load(model, uri, **s3_server.opts())
     with pytest.raises(fastshard.InvalidArgumentError, match="bucket and a key"):
-        fastshard.open("s3://just-a-bucket", **seaweed.opts())
+        fastshard.open("s3://just-a-bucket", **s3_server.opts())
 
 
 @HTTP
@@ -106,19 +106,18 @@ def test_missing_url(nginx):
     assert "nope/missing.tensors" in str(info.value)
 
 
-@S3
-def test_object_replaced_mid_load_s3(seaweed, two_versions):
+def test_object_replaced_mid_load_s3(s3_server, two_versions):
     v1, v2 = two_versions
-    uri = seaweed.upload(v1, "changing/model.tensors")
-    f = fastshard.open(uri, part_size_bytes=1 << 20, **seaweed.opts())
-    seaweed.upload(v2, "changing/model.tensors")  # new ETag
+    uri = s3_server.upload(v1, "changing/model.tensors")
+    f = fastshard.open(uri, part_size_bytes=1 << 20, **s3_server.opts())
+    s3_server.upload(v2, "changing/model.tensors")  # new ETag
     result = None
     with pytest.raises(fastshard.ObjectChangedError) as info:
         result = f.load_state_dict()
     assert result is None
     assert uri in str(info.value)
     # Reopened, the new version loads whole.
-    out = fastshard.load_state_dict(uri, verify_hash=True, **seaweed.opts())
+    out = fastshard.load_state_dict(uri, verify_hash=True, **s3_server.opts())
     expected = fastshard.load_state_dict(v2)
     assert list(out) == list(expected)
     for name, want in expected.items():
@@ -136,6 +135,67 @@ def test_object_replaced_mid_load_http(nginx, two_versions):
     os.utime(served, (later, later))
     with pytest.raises(fastshard.ObjectChangedError):
         f.load_state_dict()
+
+
+@pytest.fixture(scope="module")
+def moto_unchecked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
+    """moto checking no signatures: the one S3 store here in front of which
+    a proxy may drop If-Match (SigV4 signs it)."""
+    binary = require_binary(
+        "moto_server", os.path.join(os.path.dirname(sys.executable), "moto_server")
+    )
+    server = MotoS3(tmp_path_factory.mktemp("moto-unchecked"), auth=False)
+    try:
+        yield server.start(binary)
+    finally:
+        server.stop()
+
+
+def _replaced_on_a_store_ignoring_if_match(uri: str, replace: Any, **opts: Any) -> str:
+    """Opens ``uri``, has ``replace()`` put the other version in its place,
+    then loads: the store answers every pinned GET with the new bytes."""
+    f = fastshard.open(uri, part_size_bytes=1 << 20, **opts)
+    replace()
+    result = None
+    with pytest.raises(fastshard.ObjectChangedError) as info:
+        result = f.load_state_dict()
+    assert result is None, "a load across two versions must not return"
+    text = str(info.value)
+    # The response's own ETag told (a 412 would say "no longer matches").
+    assert "response carries ETag" in text, text
+    assert "bytes " in text  # the range
+    return text
+
+
+@pytest.mark.moto
+def test_store_ignoring_if_match_never_mixes_versions_s3(moto_unchecked, two_versions):
+    v1, v2 = two_versions
+    server = moto_unchecked
+    uri = server.upload(v1, "ignoring/model.tensors")
+    with FaultProxy(server.s3_port, Faults(ignore_conditions=True)) as proxy:
+        opts = server.opts(s3_endpoint=proxy.endpoint)
+        text = _replaced_on_a_store_ignoring_if_match(
+            uri, lambda: server.upload(v2, "ignoring/model.tensors"), **opts
+        )
+    assert uri in text
+    # Every GET after discovery was sent pinned; the proxy dropped the pin.
+    assert all("if-match" in h for _, _, h in proxy.log.seen[1:])
+
+
+@HTTP
+def test_store_ignoring_if_match_never_mixes_versions_http(nginx, two_versions):
+    v1, v2 = two_versions
+    url = nginx.publish(v1, "ignoring/model.tensors")
+
+    def replace() -> None:
+        nginx.publish(v2, "ignoring/model.tensors")
+        later = time.time() + 10  # nginx's ETag is mtime-size; make sure it moves
+        os.utime(nginx.root / "ignoring" / "model.tensors", (later, later))
+
+    with FaultProxy(nginx.port, Faults(ignore_conditions=True)) as proxy:
+        proxied = url.replace(f"127.0.0.1:{nginx.port}", f"127.0.0.1:{proxy.port}")
+        text = _replaced_on_a_store_ignoring_if_match(proxied, replace)
+    assert "ignoring/model.tensors" in text
 
 
 @S3

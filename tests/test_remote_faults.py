@@ -120,3 +120,22 @@ def test_save_retries_throttled_uploads(seaweed):
         fastshard.save(sd, uri, **seaweed.opts(s3_endpoint=proxy.endpoint))
     assert proxy.log.throttled > 0
     assert torch.equal(fastshard.load_state_dict(uri, **seaweed.opts())["a"], sd["a"])
+
+
+@pytest.mark.s3
+def test_an_unparsable_multipart_answer_keeps_the_sdk_cause(seaweed):
+    import torch
+
+    # Over one 64 MiB upload part: the save starts a multipart upload, whose
+    # answer (HTTP 200) the SDK cannot parse once its XML root is renamed.
+    sd = {"big": torch.zeros(65 << 20, dtype=torch.uint8)}
+    uri = f"s3://{seaweed.bucket}/saved/renamed-root.tensors"
+    with FaultProxy(seaweed.s3_port, Faults(xml_root=b"InitiateUploadAnswer")) as proxy:
+        opts = seaweed.opts(s3_endpoint=proxy.endpoint, max_attempts=1)
+        with pytest.raises(fastshard.StorageError) as info:
+            fastshard.save(sd, uri, **opts)
+    text = str(info.value)
+    assert "HTTP 200" in text and uri in text, text
+    # The SDK's own words, not an empty message after the status.
+    assert "InitiateUploadAnswer" in text or "root" in text, text
+    assert not text.split("HTTP 200", 1)[1].startswith(" : "), text

@@ -2,8 +2,8 @@
 native ``Location`` (rust/location.rs), where a URI is parsed and its
 scheme classified, once, for Python and Rust alike.
 
-A URI is a local path (or ``file://path``), ``s3://bucket/key``, or an
-``http(s)://`` URL. Only a URL has a query string (a presigned URL's
+A URI is a local path (or ``file://path``), ``s3://bucket/key``,
+``gs://bucket/key``, or an ``http(s)://`` URL. Only a URL has a query string (a presigned URL's
 signature, a credential); in a local path or an S3 key ``?`` is an ordinary
 character. An unknown scheme is an ``UnsupportedError``. What is built from
 the parts here (folders, children, siblings) is string work on the
@@ -18,7 +18,7 @@ from typing import Literal
 from ._native import Location
 from .errors import FastshardError
 
-Kind = Literal["file", "s3", "http"]
+Kind = Literal["file", "s3", "gs", "http"]
 
 
 def kind(uri: str) -> Kind:

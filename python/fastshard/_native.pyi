@@ -62,6 +62,10 @@ class _SourceOptions(TypedDict, total=False):
     ca_bundle: PEM file of extra trusted CAs; S3 falls back to AWS_CA_BUNDLE,
         https:// URLs use only this option.
     s3_anonymous: send unsigned requests, whatever credentials exist.
+    gcs_endpoint: base URL of the Cloud Storage API (an emulator's; else
+        STORAGE_EMULATOR_HOST, else Google's).
+    gcs_service_account: a service-account key file (JSON) for gs:// URIs.
+    gcs_anonymous: unsigned gs:// requests (public buckets).
     max_attempts: attempts per ranged read, the first included (default 10);
         only transient failures (5xx, 503 SlowDown, resets, timeouts, short
         bodies) are retried, with jittered exponential backoff.
@@ -75,7 +79,10 @@ class _SourceOptions(TypedDict, total=False):
     identity, containers; EC2 metadata only on EC2), else anonymous. The
     endpoint: s3_endpoint, S3_ENDPOINT_URL, .s3cfg host_base (when its keys
     were used), AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's
-    endpoint_url, else AWS.
+    endpoint_url, else AWS. For gs://: gcs_service_account, gcs_anonymous,
+    GOOGLE_APPLICATION_CREDENTIALS, gcloud's default credentials, the metadata
+    server; requests to STORAGE_EMULATOR_HOST are unsigned unless a service
+    account is given.
     """
 
     s3_endpoint: str | None
@@ -88,6 +95,9 @@ class _SourceOptions(TypedDict, total=False):
     s3_addressing: Literal["auto", "path", "virtual"] | None
     ca_bundle: str | PathLike[str] | None
     s3_anonymous: bool | None
+    gcs_endpoint: str | None
+    gcs_service_account: str | PathLike[str] | None
+    gcs_anonymous: bool | None
     max_attempts: int | None
     deadline_seconds: float | None
 
@@ -109,7 +119,7 @@ class Location:
 
     def __new__(cls, uri: str | PathLike[str]) -> Location: ...
     @property
-    def kind(self) -> Literal["file", "s3", "http"]: ...
+    def kind(self) -> Literal["file", "s3", "gs", "http"]: ...
     @property
     def display(self) -> str:
         """Safe to show: no user info, fragment or query string (a query
@@ -299,8 +309,8 @@ def write_file(
 def read_object(
     uri: str | Location, *, max_bytes: int = 16 << 20, **opts: Unpack[_SourceOptions]
 ) -> bytes | None:
-    """The whole object at ``uri`` (local path, ``file://``, ``s3://`` or
-    ``http(s)://``), or None when it does not exist (NotFound; a missing
+    """The whole object at ``uri`` (local path, ``file://``, ``s3://``,
+    ``gs://`` or ``http(s)://``), or None when it does not exist (NotFound; a missing
     bucket counts). An object over ``max_bytes`` raises InvalidArgumentError
     before it is read when the store says its size; other failures raise
     typed (AuthError naming the credential source, StorageError, ...).

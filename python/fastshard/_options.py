@@ -39,6 +39,9 @@ class SourceOptions(TypedDict, total=False):
     s3_addressing: Literal["auto", "path", "virtual"] | None
     ca_bundle: str | os.PathLike[str] | None
     s3_anonymous: bool | None
+    gcs_endpoint: str | None
+    gcs_service_account: str | os.PathLike[str] | None
+    gcs_anonymous: bool | None
     max_attempts: int | None
     deadline_seconds: float | None
 
@@ -72,7 +75,7 @@ SOURCE = frozenset(_native.SOURCE_OPTIONS)
 _NATIVE_LOAD = frozenset(
     {"verify_hash", "concurrency", "part_size_bytes", "throughput_target_gbps", "encryption"}
 )
-_PATHS = frozenset({"s3_config_path", "ca_bundle"})
+_PATHS = frozenset({"s3_config_path", "ca_bundle", "gcs_service_account"})
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ def source_options(opts: Mapping[str, Any]) -> dict[str, Any]:
             if not isinstance(value, (str, os.PathLike)):
                 raise InvalidArgumentError(f"{key} must be a path, not {type(value).__name__}")
             value = os.fspath(value)
-        elif key == "s3_anonymous":
+        elif key in ("s3_anonymous", "gcs_anonymous"):
             value = bool(value)
         out[key] = value
     return out

@@ -344,8 +344,12 @@ def open(  # noqa: A001
     retrying this many seconds after ``open``). Whatever is not given is looked up in this order:
     explicit options, ``S3_ACCESS_KEY_ID``/``S3_SECRET_ACCESS_KEY``/
     ``S3_ENDPOINT_URL`` (vLLM's), ``~/.s3cfg`` ``[default]``, the AWS
-    variables, profiles and files, and finally anonymous access. Unknown
-    options raise InvalidArgumentError.
+    variables, profiles and files, and finally anonymous access. For
+    ``gs://bucket/key`` (Google Cloud Storage): ``gcs_service_account`` (a
+    service-account JSON file), ``gcs_anonymous`` (public buckets),
+    ``gcs_endpoint`` (an emulator; else ``STORAGE_EMULATOR_HOST``); else
+    ``GOOGLE_APPLICATION_CREDENTIALS`` and Google's default credentials.
+    Unknown options raise InvalidArgumentError.
     """
     return TensorFile(
         uri,

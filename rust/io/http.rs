@@ -8,22 +8,55 @@ use reqwest::StatusCode;
 use super::capped::CappedBody;
 use super::content_range;
 use super::http_client::ClientSpec;
-use super::ranged::{Fetched, RangedObject, Remote};
+use super::ranged::{Fetched, RangedObject, Remote, Version};
 use super::retry::RetryPolicy;
 use super::sink::PartSink;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::location::Location;
 
-/// A conditional header and its value, sent with every request after discovery.
-type Pin = (reqwest::header::HeaderName, String);
+/// A conditional header and its value, sent with every request after
+/// discovery; `None` when the server gave neither an ETag nor a date.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pin(Option<(reqwest::header::HeaderName, String)>);
+
+impl Pin {
+    /// The version a response states: its ETag (pinned with If-Match), or
+    /// else its Last-Modified date (pinned with If-Unmodified-Since).
+    fn of(headers: &reqwest::header::HeaderMap) -> Pin {
+        let value = |name| headers.get(name).and_then(|v| v.to_str().ok());
+        Pin(if let Some(etag) = value(ETAG) {
+            Some((IF_MATCH, etag.to_string()))
+        } else {
+            value(LAST_MODIFIED).map(|lm| (reqwest::header::IF_UNMODIFIED_SINCE, lm.to_string()))
+        })
+    }
+}
+
+impl Version for Pin {
+    fn differs(&self, seen: &Pin) -> Option<(String, String)> {
+        let (Some((name, pinned)), Some((seen_name, seen))) = (&self.0, &seen.0) else {
+            return None;
+        };
+        let what = if *name == IF_MATCH {
+            "ETag"
+        } else {
+            "Last-Modified"
+        };
+        // A cache may mark the same entity weak in one answer and not in
+        // another (RFC 9110's weak comparison): only the tag itself counts.
+        let tag = |v: &str| v.trim_start_matches("W/").to_string();
+        (name == seen_name && tag(pinned) != tag(seen))
+            .then(|| (format!("{what} {pinned}"), format!("{what} {seen}")))
+    }
+}
 
 pub struct HttpSource {
     url: String,
     client: ClientSpec,
     /// Its version: the `If-Match` (ETag) or `If-Unmodified-Since` pin
     /// learned at discovery.
-    remote: Remote<Option<Pin>>,
+    remote: Remote<Pin>,
 }
 
 impl HttpSource {
@@ -72,7 +105,7 @@ impl HttpSource {
             .client()?
             .get(&self.url)
             .header(RANGE, format!("bytes={}-{}", start, end - 1));
-        if let Some(Some((name, value))) = self.remote.pinned.get() {
+        if let Some(Pin(Some((name, value)))) = self.remote.pinned.get() {
             req = req.header(name.clone(), value.as_str());
         }
         Ok(req)
@@ -150,13 +183,13 @@ pub(crate) fn status_error(status: StatusCode) -> Error {
 }
 
 impl RangedObject for HttpSource {
-    type Version = Option<Pin>;
+    type Version = Pin;
 
-    fn remote(&self) -> &Remote<Option<Pin>> {
+    fn remote(&self) -> &Remote<Pin> {
         &self.remote
     }
 
-    async fn get_once(&self, start: u64, len: u64) -> Result<Fetched<Option<Pin>>> {
+    async fn get_once(&self, start: u64, len: u64) -> Result<Fetched<Pin>> {
         let resp = self.send(start, start + len).await?;
         let status = resp.status();
         let headers = resp.headers();
@@ -176,14 +209,7 @@ impl RangedObject for HttpSource {
         if !partial {
             content_range::check(range, false, start, start + len)?;
         }
-        let version = if let Some(etag) = headers.get(ETAG).and_then(|v| v.to_str().ok()) {
-            Some((IF_MATCH, etag.to_string()))
-        } else {
-            headers
-                .get(LAST_MODIFIED)
-                .and_then(|v| v.to_str().ok())
-                .map(|lm| (reqwest::header::IF_UNMODIFIED_SINCE, lm.to_string()))
-        };
+        let version = Pin::of(headers);
         let body = resp
             .bytes()
             .await
@@ -209,6 +235,8 @@ impl RangedObject for HttpSource {
             .and_then(|v| v.to_str().ok());
         let partial = resp.status() == StatusCode::PARTIAL_CONTENT;
         content_range::check(range, partial, start, end)?;
+        self.remote
+            .check_version(&Pin::of(resp.headers()), start..end)?;
         while let Some(chunk) = resp
             .chunk()
             .await
@@ -243,5 +271,31 @@ mod tests {
             status_error(StatusCode::BAD_GATEWAY).kind(),
             ErrorKind::Network
         );
+    }
+
+    fn pin(name: reqwest::header::HeaderName, value: &str) -> Pin {
+        Pin(Some((name, value.to_string())))
+    }
+
+    #[test]
+    fn versions_differ_only_on_the_same_header() {
+        let etag = pin(IF_MATCH, "\"a\"");
+        assert!(etag.differs(&pin(IF_MATCH, "\"a\"")).is_none());
+        assert!(etag.differs(&pin(IF_MATCH, "W/\"a\"")).is_none());
+        let (pinned, seen) = etag.differs(&pin(IF_MATCH, "\"b\"")).unwrap();
+        assert_eq!(
+            (pinned.as_str(), seen.as_str()),
+            ("ETag \"a\"", "ETag \"b\"")
+        );
+        // A date cannot be compared with an ETag, nor a missing version.
+        let date = pin(reqwest::header::IF_UNMODIFIED_SINCE, "Mon, 1 Jan 2024");
+        assert!(etag.differs(&date).is_none());
+        assert!(etag.differs(&Pin(None)).is_none());
+        assert!(date
+            .differs(&pin(
+                reqwest::header::IF_UNMODIFIED_SINCE,
+                "Tue, 2 Jan 2024"
+            ))
+            .is_some());
     }
 }

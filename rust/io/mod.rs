@@ -6,6 +6,7 @@ mod capped;
 mod content_range;
 mod dns;
 mod file;
+pub mod gcs;
 pub mod http;
 mod http_client;
 pub mod local;
@@ -147,11 +148,22 @@ pub trait RangeSource: PartSource {
     }
 }
 
+#[cfg(feature = "gcs")]
+fn open_gcs(loc: &Location, opts: &SourceOptions) -> Result<Arc<dyn RangeSource>> {
+    Ok(Arc::new(gcs::GcsSource::open(loc, &opts.gcs, opts.retry)?))
+}
+
+#[cfg(not(feature = "gcs"))]
+fn open_gcs(loc: &Location, _: &SourceOptions) -> Result<Arc<dyn RangeSource>> {
+    Err(gcs::unsupported(loc))
+}
+
 /// How to reach a source: S3 settings and the retry policy for network
 /// sources (local files ignore both).
 #[derive(Debug, Clone, Default)]
 pub struct SourceOptions {
     pub s3: S3Options,
+    pub gcs: gcs::GcsOptions,
     pub retry: RetryPolicy,
     /// Time budget of each load from this source, counted from its start.
     pub deadline: Option<std::time::Duration>,
@@ -162,6 +174,7 @@ pub async fn open_source(loc: &Location, opts: &SourceOptions) -> Result<Arc<dyn
     Ok(match loc.kind() {
         Kind::File => Arc::new(FileSource::open(loc)?),
         Kind::S3 => Arc::new(S3Source::open(loc, &opts.s3, opts.retry).await?),
+        Kind::Gcs => open_gcs(loc, opts)?,
         Kind::Http => Arc::new(HttpSource::open(
             loc,
             opts.retry,

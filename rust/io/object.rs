@@ -6,7 +6,7 @@
 
 use super::http::HttpSource;
 use super::retry::retrying;
-use super::{local, s3, SourceOptions};
+use super::{gcs, local, s3, SourceOptions};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::location::{Kind, Location};
@@ -31,6 +31,9 @@ pub async fn read(
     }
     if loc.kind() == Kind::S3 {
         return s3::object::get(loc, max_bytes, &opts.s3, &opts.retry, &cancel).await;
+    }
+    if loc.kind() == Kind::Gcs {
+        return gcs::read_whole(loc, max_bytes, opts, &cancel).await;
     }
     let src = HttpSource::open(loc, opts.retry, opts.s3.ca_bundle.as_deref())?;
     let got = retrying(&opts.retry, &cancel, || src.get_whole(max_bytes, &cancel)).await;

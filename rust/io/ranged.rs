@@ -45,9 +45,55 @@ impl<V> Remote<V> {
     }
 }
 
+/// A version a response carries, compared with the one pinned at
+/// discovery. Some stores ignore `If-Match` and answer a pinned GET with
+/// the new object's bytes (and its new ETag): the response's own version
+/// is the only tell, so every response is checked, not just trusted.
+pub trait Version: Send + Sync {
+    /// `Some((pinned, seen))` shown in the error when `seen` names another
+    /// object than `self`; `None` when they agree or cannot be compared
+    /// (a response that carries no version at all).
+    fn differs(&self, seen: &Self) -> Option<(String, String)>;
+}
+
+impl<V: Version> Remote<V> {
+    /// Fails with `Changed` when a response's version differs from the
+    /// pinned one, before any of its bytes are used. Nothing pinned yet
+    /// (discovery itself) always passes.
+    pub fn check_version(&self, seen: &V, range: std::ops::Range<u64>) -> Result<()> {
+        let Some((pinned, seen)) = self.pinned.get().and_then(|p| p.differs(seen)) else {
+            return Ok(());
+        };
+        Err(Error::new(
+            ErrorKind::Changed,
+            format!(
+                "the object changed while it was being read: the response carries {seen}, \
+                 not {pinned} pinned at open (the store ignored the condition)"
+            ),
+        )
+        .with_range(range))
+    }
+}
+
+/// An object's ETag as a response states it (S3, GCS); one that states
+/// none cannot be compared (its If-Match was still sent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ETag(pub Option<String>);
+
+impl Version for ETag {
+    fn differs(&self, seen: &ETag) -> Option<(String, String)> {
+        match (&self.0, &seen.0) {
+            (Some(pinned), Some(seen)) if pinned != seen => {
+                Some((format!("ETag {pinned}"), format!("ETag {seen}")))
+            }
+            _ => None,
+        }
+    }
+}
+
 /// The two requests that differ between S3 and HTTP.
 pub trait RangedObject: Send + Sync + 'static {
-    type Version: Send + Sync;
+    type Version: Version;
 
     fn remote(&self) -> &Remote<Self::Version>;
 
@@ -142,6 +188,7 @@ impl<T: RangedObject> RangeSource for T {
             let len = len.max(1);
             let policy = &self.remote().policy;
             let got = retrying(policy, cancel, || self.get_once(0, len)).await?;
+            self.remote().check_version(&got.version, 0..len)?;
             let size = got.total.ok_or_else(|| {
                 Error::new(
                     ErrorKind::Network,
@@ -166,7 +213,45 @@ impl<T: RangedObject> RangeSource for T {
         Box::pin(async move {
             let policy = &self.remote().policy;
             let got = retrying(policy, cancel, || self.get_once(offset, len)).await?;
+            self.remote()
+                .check_version(&got.version, offset..offset + len)?;
             exact(got.bytes, offset, len)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remote(pinned: Option<&str>) -> Remote<ETag> {
+        let r = Remote::new("s3://b/k".to_string(), RetryPolicy::default());
+        let _ = r.pinned.set(ETag(pinned.map(str::to_string)));
+        r
+    }
+
+    #[test]
+    fn a_response_with_another_etag_is_a_changed_object() {
+        let r = remote(Some("\"v1\""));
+        let err = r
+            .check_version(&ETag(Some("\"v2\"".into())), 10..20)
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Changed);
+        assert_eq!(err.range(), Some(10..20));
+        let text = err.to_string();
+        assert!(text.contains("\"v1\"") && text.contains("\"v2\""), "{text}");
+    }
+
+    #[test]
+    fn the_same_or_no_etag_passes() {
+        let r = remote(Some("\"v1\""));
+        assert!(r.check_version(&ETag(Some("\"v1\"".into())), 0..1).is_ok());
+        assert!(r.check_version(&ETag(None), 0..1).is_ok());
+        // Nothing pinned yet (discovery) and nothing to pin both pass.
+        let fresh: Remote<ETag> = Remote::new("s3://b/k".to_string(), RetryPolicy::default());
+        assert!(fresh.check_version(&ETag(Some("x".into())), 0..1).is_ok());
+        assert!(remote(None)
+            .check_version(&ETag(Some("x".into())), 0..1)
+            .is_ok());
     }
 }

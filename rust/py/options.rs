@@ -8,6 +8,7 @@ use pyo3::types::PyDict;
 
 use super::errors::to_py;
 use crate::error::Error;
+use crate::io::gcs::GcsOptions;
 use crate::io::s3::{Addressing, S3Options};
 use crate::io::{RetryPolicy, SourceOptions};
 
@@ -23,6 +24,9 @@ pub const KNOWN: &[&str] = &[
     "s3_addressing",
     "ca_bundle",
     "s3_anonymous",
+    "gcs_endpoint",
+    "gcs_service_account",
+    "gcs_anonymous",
     "max_attempts",
     "deadline_seconds",
 ];
@@ -62,6 +66,11 @@ pub fn parse(opts: Option<&Bound<'_, PyDict>>) -> PyResult<SourceOptions> {
         addressing,
         ca_bundle: get::<PathBuf>(opts, "ca_bundle")?,
         anonymous: get::<bool>(opts, "s3_anonymous")?.unwrap_or(false),
+    };
+    out.gcs = GcsOptions {
+        endpoint: get(opts, "gcs_endpoint")?,
+        service_account: get::<PathBuf>(opts, "gcs_service_account")?,
+        anonymous: get::<bool>(opts, "gcs_anonymous")?.unwrap_or(false),
     };
     let mut retry = RetryPolicy::default();
     if let Some(n) = get::<u32>(opts, "max_attempts")? {

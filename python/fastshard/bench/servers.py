@@ -16,8 +16,9 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from .gcs import FakeGcs, find_fake_gcs
+from .moto import MotoS3
 from .procs import (
     MissingBinary,
     find_binary,
@@ -29,6 +30,7 @@ from .procs import (
     tail,
     wait_http,
 )
+from .s3store import ACCESS_KEY, BUCKET, PUBLIC_BUCKET, SECRET_KEY, S3Store
 from .web import Nginx, no_range_server
 
 # The helpers are re-exported: the tests and benchmarks import them from here.
@@ -37,10 +39,14 @@ __all__ = [
     "BUCKET",
     "PUBLIC_BUCKET",
     "SECRET_KEY",
+    "FakeGcs",
     "MissingBinary",
+    "MotoS3",
     "Nginx",
+    "S3Store",
     "SeaweedFS",
     "find_binary",
+    "find_fake_gcs",
     "free_port",
     "http_status",
     "loopback",
@@ -50,14 +56,10 @@ __all__ = [
     "tail",
     "wait_http",
 ]
-ACCESS_KEY = "fastshard-test-key"
-SECRET_KEY = "fastshard-test-secret-Zq8vR2"  # distinctive: tests grep errors for it
-BUCKET = "models"
-PUBLIC_BUCKET = "public"  # anonymous identity may read and list it
 
 
 @dataclass
-class SeaweedFS:
+class SeaweedFS(S3Store):
     """``weed server`` with master, volume, filer and S3 gateway; SigV4 with
     fixed keys; an anonymous identity that may read the public bucket."""
 
@@ -73,21 +75,8 @@ class SeaweedFS:
     public_bucket: str = PUBLIC_BUCKET
 
     @property
-    def endpoint(self) -> str:
-        return loopback(self.s3_port)
-
-    @property
     def log(self) -> Path:
         return self.root / "weed.log"
-
-    def opts(self, **extra: Any) -> dict[str, Any]:
-        """fastshard options reaching this server with its keys."""
-        return {
-            "s3_endpoint": self.endpoint,
-            "s3_access_key_id": self.access_key,
-            "s3_secret_access_key": self.secret_key,
-            **extra,
-        }
 
     def start(self, weed: str) -> SeaweedFS:
         self.root = self.root.resolve()  # weed runs in it, and is given paths under it
@@ -206,43 +195,3 @@ class SeaweedFS:
         for sock in self.grpc_sockets:
             with contextlib.suppress(OSError):
                 sock.unlink()
-
-    def client(self, endpoint: str | None = None, **config: Any) -> Any:
-        import boto3
-        from botocore.config import Config
-
-        return boto3.client(
-            "s3",
-            endpoint_url=endpoint or self.endpoint,
-            aws_access_key_id=self.access_key,
-            aws_secret_access_key=self.secret_key,
-            region_name="us-east-1",
-            config=Config(
-                **{
-                    "s3": {"addressing_style": "path"},
-                    "retries": {"max_attempts": 2},
-                    "request_checksum_calculation": "when_required",
-                    "response_checksum_validation": "when_required",
-                    **config,
-                }
-            ),
-        )
-
-    def upload(self, path: Path, key: str, bucket: str | None = None) -> str:
-        """Put a local file; returns its s3:// URI."""
-        bucket = bucket or self.bucket
-        self.client().upload_file(str(path), bucket, key)
-        return f"s3://{bucket}/{key}"
-
-    def get(self, uri: str) -> bytes:
-        bucket, key = uri.removeprefix("s3://").split("/", 1)
-        return bytes(self.client().get_object(Bucket=bucket, Key=key)["Body"].read())
-
-    def presign(self, uri: str, endpoint: str | None = None, expires: int = 600) -> str:
-        bucket, key = uri.removeprefix("s3://").split("/", 1)
-        client = self.client(endpoint, signature_version="s3v4")
-        return str(
-            client.generate_presigned_url(
-                "get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=expires
-            )
-        )

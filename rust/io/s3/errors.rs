@@ -18,6 +18,22 @@ where
     request.await.map_err(|e| map(e, creds))
 }
 
+/// An error and its sources, each said once: the operation error's own
+/// chain, not the raw response (`DisplayErrorContext` of the whole
+/// `SdkError` would print its headers and body too).
+fn causes(err: &dyn std::error::Error) -> String {
+    let mut parts: Vec<String> = vec![err.to_string()];
+    let mut next = err.source();
+    while let Some(e) = next {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = e.source();
+    }
+    parts.join(": ")
+}
+
 pub fn map<E>(err: SdkError<E, HttpResponse>, creds: CredentialSource) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
@@ -47,21 +63,31 @@ where
                 (Some(416), _) => ErrorKind::Format,
                 _ => ErrorKind::Io,
             };
+            // Some stores answer in a shape the SDK cannot parse (another
+            // XML root, an empty body): the error then has no code and no
+            // message, and only the SDK's own chain says what went wrong.
+            let code = if code.is_empty() {
+                String::new()
+            } else {
+                format!(" ({code})")
+            };
             let msg = match kind {
                 ErrorKind::Auth => format!(
-                    "access denied ({code}); credentials came from {}",
+                    "access denied{code}; credentials came from {}",
                     creds.describe()
                 ),
-                ErrorKind::NotFound => format!("no such object or bucket ({code})"),
+                ErrorKind::NotFound => format!("no such object or bucket{code}"),
                 ErrorKind::Changed => {
                     "the object changed while it was being read (ETag no longer matches)"
                         .to_string()
                 }
-                _ => format!(
-                    "S3 request failed: HTTP {} {code}: {}",
-                    http,
-                    se.err().message().unwrap_or("")
-                ),
+                _ => {
+                    let detail = match se.err().message() {
+                        Some(m) if !m.trim().is_empty() => m.to_string(),
+                        _ => causes(se.err()),
+                    };
+                    format!("S3 request failed: HTTP {http}{code}: {detail}")
+                }
             };
             (kind, msg)
         }
@@ -96,4 +122,56 @@ where
         }
     };
     Error::new(kind, msg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_s3::operation::create_multipart_upload::CreateMultipartUploadError;
+    use aws_smithy_runtime_api::http::StatusCode;
+    use aws_smithy_types::body::SdkBody;
+    use aws_smithy_types::error::ErrorMetadata;
+
+    fn answered(status: u16, err: CreateMultipartUploadError) -> Error {
+        let raw = HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::empty());
+        map(
+            SdkError::service_error(err, raw),
+            CredentialSource::Explicit,
+        )
+    }
+
+    #[test]
+    fn an_unparsable_answer_keeps_the_sdk_cause() {
+        // What the SDK returns for a 200 whose XML it cannot read.
+        let cause =
+            std::io::Error::other("invalid XML root: expected InitiateMultipartUploadResult");
+        let err = answered(200, CreateMultipartUploadError::unhandled(cause));
+        let text = err.to_string();
+        assert!(text.contains("HTTP 200"), "{text}");
+        assert!(text.contains("invalid XML root"), "{text}");
+        assert!(!text.contains(" :"), "{text}");
+        // The operation error's chain, not the raw response.
+        assert!(
+            !text.contains("SdkBody") && !text.contains("raw:"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_coded_error_shows_code_and_message() {
+        let meta = ErrorMetadata::builder()
+            .code("InternalError")
+            .message("disk on fire")
+            .build();
+        let err = answered(500, CreateMultipartUploadError::generic(meta));
+        assert_eq!(err.kind(), ErrorKind::Network);
+        assert_eq!(
+            err.to_string(),
+            "S3 request failed: HTTP 500 (InternalError): disk on fire"
+        );
+        let empty = ErrorMetadata::builder().build();
+        let err = answered(403, CreateMultipartUploadError::generic(empty));
+        assert_eq!(err.kind(), ErrorKind::Auth);
+        assert!(!err.to_string().contains("()"), "{err}");
+    }
 }

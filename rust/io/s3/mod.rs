@@ -19,7 +19,7 @@ use aws_sdk_s3::operation::get_object::GetObjectOutput;
 pub use config::{Addressing, CredentialSource, EnvSnapshot, S3Options};
 
 use super::content_range;
-use super::ranged::{Fetched, RangedObject, Remote};
+use super::ranged::{ETag, Fetched, RangedObject, Remote};
 use super::retry::RetryPolicy;
 use super::sink::PartSink;
 use crate::error::{Error, ErrorKind, Result};
@@ -28,7 +28,7 @@ use crate::location::Location;
 pub struct S3Source {
     target: Target,
     /// Its version: the ETag learned at discovery.
-    remote: Remote<Option<String>>,
+    remote: Remote<ETag>,
 }
 
 /// One object and the store it is in.
@@ -83,7 +83,7 @@ impl S3Source {
             .bucket(&self.target.bucket)
             .key(&self.target.key)
             .range(format!("bytes={}-{}", start, end - 1));
-        if let Some(Some(etag)) = self.remote.pinned.get() {
+        if let Some(ETag(Some(etag))) = self.remote.pinned.get() {
             req = req.if_match(etag);
         }
         req.send()
@@ -93,13 +93,13 @@ impl S3Source {
 }
 
 impl RangedObject for S3Source {
-    type Version = Option<String>;
+    type Version = ETag;
 
-    fn remote(&self) -> &Remote<Option<String>> {
+    fn remote(&self) -> &Remote<ETag> {
         &self.remote
     }
 
-    async fn get_once(&self, start: u64, len: u64) -> Result<Fetched<Option<String>>> {
+    async fn get_once(&self, start: u64, len: u64) -> Result<Fetched<ETag>> {
         let end = start + len;
         let out = self.get(start, end).await?;
         let total = content_range::check(out.content_range(), false, start, end)?.or_else(|| {
@@ -107,7 +107,7 @@ impl RangedObject for S3Source {
                 .and_then(|l| u64::try_from(l).ok())
                 .filter(|_| start == 0)
         });
-        let etag = out.e_tag().map(str::to_string);
+        let etag = ETag(out.e_tag().map(str::to_string));
         let bytes = out.body.collect().await.map_err(|e| {
             Error::new(ErrorKind::Network, format!("response body broke off: {e}"))
                 .with_range(start..end)
@@ -123,6 +123,8 @@ impl RangedObject for S3Source {
     async fn stream(&self, start: u64, end: u64, sink: &mut PartSink<'_>) -> Result<()> {
         let out = self.get(start, end).await?;
         content_range::check(out.content_range(), false, start, end)?;
+        let seen = ETag(out.e_tag().map(str::to_string));
+        self.remote.check_version(&seen, start..end)?;
         let mut body = out.body;
         while let Some(chunk) = body.next().await {
             let chunk = chunk.map_err(|e| {
