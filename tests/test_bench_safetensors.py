@@ -30,6 +30,7 @@ def test_safetensors_preset_tiny_run(tmp_path: Path) -> None:
     records = json.loads((tmp_path / "out" / "results.json").read_text())
     got = {(r["source"], r["loader"]) for r in records}
     want = {("file", "fastshard"), ("file", "safetensors"), ("file", "runai"), ("file", "ceiling"),
+            ("file", "fastsafetensors"),
             ("s3", "fastshard"), ("s3", "runai"), ("s3", "ceiling"),
             ("tp", "fastshard"), ("tp", "runai")}  # fmt: skip
     assert got == want, got

@@ -22,6 +22,7 @@ PEER_MODULES = {
     "tensorizer": "tensorizer",
     "safetensors": "safetensors",
     "safetensors-mmap": "safetensors",
+    "fastsafetensors": "fastsafetensors",
     "runai": "runai_model_streamer",
 }
 # Modules outside the extra, and how to get them.

@@ -39,6 +39,7 @@ IMPORTS = {
     "tensorizer": ("tensorizer", "tensorizer.stream_io"),
     "safetensors": ("safetensors.torch",),
     "safetensors-mmap": ("safetensors.torch",),
+    "fastsafetensors": ("fastsafetensors",),
     "runai": ("runai_model_streamer",),
     "torch": (),
     "ceiling": (),
@@ -54,6 +55,7 @@ RETURNS = {
     "tensorizer": "fresh",
     "safetensors": "fresh",
     "safetensors-mmap": "mapped",
+    "fastsafetensors": "fresh",
     "runai": "fresh",
     "torch": "fresh",
     "ceiling": "warm",
@@ -252,6 +254,17 @@ def _safetensors_mmap(spec: dict[str, Any]) -> Result:
     return sd, {"bytes_fetched": sum(t.nbytes for t in sd.values())}
 
 
+def _fastsafetensors(spec: dict[str, Any]) -> Result:
+    from fastsafetensors import fastsafe_open
+
+    # Its CPU path (nogds: no GPUDirect Storage here). The tensors view the
+    # loader's buffer, freed when it closes: clone() keeps each, as a
+    # model's parameters take it.
+    with fastsafe_open(spec["path"], device="cpu", nogds=True) as f:
+        sd = {k: f.get_tensor(k).clone() for k in f.keys()}
+    return _slices(sd, spec), {}
+
+
 def _torch(spec: dict[str, Any]) -> Result:
     import torch
 
@@ -271,12 +284,13 @@ LOADERS: dict[str, Callable[[dict[str, Any]], Result]] = {
     "runai": _runai,
     "safetensors": _safetensors,
     "safetensors-mmap": _safetensors_mmap,
+    "fastsafetensors": _fastsafetensors,
     "torch": _torch,
     "ceiling": _ceiling,
     "ceiling-fresh": lambda spec: _ceiling({**spec, "fresh": True}),
     "curl": raw.curl,
 }
-PEERS = ("tensorizer", "runai", "safetensors", "torch")
+PEERS = ("tensorizer", "runai", "safetensors", "fastsafetensors", "torch")
 RAW = ("ceiling", "ceiling-fresh", "curl")  # their results are bytes, not state dicts
 
 DESCRIBE = {
@@ -286,6 +300,7 @@ DESCRIBE = {
     "tensorizer": 'tensorizer open_stream + TensorDeserializer(device="cpu")',
     "safetensors": "safetensors load_file + clone",
     "safetensors-mmap": "safetensors load_file (mapped), every page touched",
+    "fastsafetensors": 'fastsafetensors fastsafe_open(device="cpu", nogds=True) + clone',
     "runai": "Run:ai SafetensorsStreamer + clone",
     "torch": "torch.load(weights_only=True)",
     "ceiling": "raw: ranged GETs (or a file read) into a pre-faulted buffer",

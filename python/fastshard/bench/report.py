@@ -13,7 +13,7 @@ from typing import Any
 
 from .measure import Results, measured
 
-PEERS = ("ceiling", "tensorizer", "runai", "safetensors", "torch")
+PEERS = ("ceiling", "tensorizer", "runai", "safetensors", "fastsafetensors", "torch")
 MiB = 1 << 20
 # What a loader returns (loaders.RETURNS), in table order, and for each kind
 # the fastshard row and the raw client row that the kind's rows are compared

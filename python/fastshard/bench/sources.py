@@ -40,6 +40,8 @@ def file_source(objects: Objects) -> Source:
         src.where["tensorizer"] = {"uri": str(objects["tensorizer"])}
     if _usable("safetensors", "safetensors", objects):
         src.where["safetensors"] = {"path": str(objects["safetensors"])}
+    if _usable("fastsafetensors", "safetensors", objects):
+        src.where["fastsafetensors"] = {"path": str(objects["safetensors"])}
     if _usable("runai", "safetensors", objects):
         src.where["runai"] = {"uri": str(objects["safetensors"])}
     if "torch" in objects:

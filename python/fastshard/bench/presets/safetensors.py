@@ -130,7 +130,9 @@ def _measure(args: argparse.Namespace, cases: list[str], skipped: dict[str, str]
     # fastshard reads the very same .safetensors file.
     objects.paths["fastshard"] = objects["safetensors"]
     expect = {"tensors": workload.digest(sd), "object": workload.file_digest(objects["fastshard"])}
-    loaders = deps.runnable(["fastshard", "safetensors", "runai", "ceiling"], skipped)
+    loaders = deps.runnable(
+        ["fastshard", "safetensors", "fastsafetensors", "runai", "ceiling"], skipped
+    )
     repo = write_repo(sd, folder / "repo", args.shards) if "tp" in cases else []
     todo: list[measure.Case] = []
     if "file" in cases:
