@@ -25,6 +25,7 @@ pub mod names;
 pub mod record;
 pub mod safetensors;
 mod secretbox;
+mod tensorizer_index;
 mod write_record;
 pub mod writer;
 
