@@ -26,7 +26,7 @@ from .. import tp
 Reader = Callable[["tp.Slice | None"], torch.Tensor]
 
 # What a weight loader asks of a tensor without needing its bytes.
-_METADATA = {
+METADATA = {
     torch.Tensor.size,
     torch.Tensor.dim,
     torch.Tensor.numel,
@@ -37,7 +37,7 @@ _METADATA = {
     torch.Tensor.ndim.__get__,  # type: ignore[attr-defined]
     torch.Tensor.is_floating_point,
 }
-_DEVICE = torch.Tensor.device.__get__
+DEVICE_QUERY = torch.Tensor.device.__get__
 
 
 class LazyWeight(torch.Tensor):
@@ -80,9 +80,9 @@ class LazyWeight(torch.Tensor):
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         kwargs = kwargs or {}
-        if func == _DEVICE:
+        if func == DEVICE_QUERY:
             return torch.device("cpu")  # what it reads into
-        if func in _METADATA:
+        if func in METADATA:
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
         if func is torch.Tensor.narrow and type(args[0]) is cls and not kwargs:
