@@ -225,9 +225,20 @@ def test_ranks_from_vllms_gloo_groups(tmp_path: Path, seaweed):
         for p in procs:
             if p.poll() is None:
                 p.kill()
+    fetched = received = 0
     for rc, out, err in outs:
         assert rc == 0, err[-4000:]
-        assert out.split("\n")[:3] == ["ok tp-per-rank", "ok tp-hf-cooperative", "ok pp-per-rank"]
+        lines = out.split("\n")
+        assert lines[:3] == ["ok tp-per-rank", "ok tp-hf-cooperative", "ok pp-per-rank"]
+        # Each rank checked that it received no more than its own share.
+        words = lines[3].split()
+        fetched, received = fetched + int(words[2]), received + int(words[4])
+    # The HF file fetched once between the two ranks, and each rank received
+    # about half of what the other fetched (its slices; the replicated norms
+    # are 2 % of the file), not all of it.
+    size = (tmp_path / "hf.tensors").stat().st_size
+    assert 0 < fetched <= 1.02 * size, (fetched, size)
+    assert received <= 0.6 * fetched, (received, fetched)
 
 
 @pytest.mark.s3

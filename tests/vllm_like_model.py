@@ -83,7 +83,9 @@ class TinyForCausalLM(nn.Module):
         self.lm_head = _Weight(VOCAB // tp_size, HIDDEN)
 
     def _shard(self, t: torch.Tensor, dim: int) -> torch.Tensor:
-        return t.chunk(self.tp_size, dim)[self.tp_rank]
+        # narrow, as vLLM's parallel weight loaders take a rank's part
+        size = t.shape[dim] // self.tp_size
+        return t.narrow(dim, self.tp_rank * size, size)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         params = dict(self.named_parameters())

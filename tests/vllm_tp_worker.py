@@ -7,7 +7,9 @@ EXTRA the JSON model_loader_extra_config of that phase; prints "ok <phase>"."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import sys
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -34,9 +36,35 @@ def _check(model: torch.nn.Module, ref: torch.nn.Module, phase: str) -> None:
     print("ok", phase, flush=True)
 
 
-def _load(extra: dict, model: torch.nn.Module) -> None:
+class _Lines(logging.Handler):
+    """The loader's summary lines."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+SUMMARY = _Lines()
+logging.getLogger("vllm.fastshard").addHandler(SUMMARY)
+logging.getLogger("vllm.fastshard").setLevel(logging.INFO)
+
+
+def _load(extra: dict, model: torch.nn.Module) -> tuple[int, int]:
+    """Load, and return the bytes this rank fetched from the store and
+    received from the other ranks (its summary line)."""
     lc = LoadConfig(load_format="tensorizer", model_loader_extra_config=extra)
     get_model_loader(lc).load_weights(model, _ModelConfig())  # type: ignore[arg-type]
+    m = re.search(r"(\d+) bytes fetched.* (\d+) bytes received", SUMMARY.lines[-1])
+    assert m, SUMMARY.lines[-1]
+    return int(m[1]), int(m[2])
+
+
+def _share(model: torch.nn.Module) -> int:
+    """Bytes of this rank's parameters: its slices and the replicated weights."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def main() -> None:
@@ -62,8 +90,11 @@ def main() -> None:
         _check(model, rank_model(hf_state_dict(seed=0), tp, 2), "tp-per-rank")
 
         model = TinyForCausalLM(tp, 2)
-        _load(hf_extra, model)
+        fetched, received = _load(hf_extra, model)
         _check(model, rank_model(hf_state_dict(seed=7), tp, 2), "tp-hf-cooperative")
+        # Only its own slices and the replicated weights come from the peer.
+        assert 0 < received <= 1.05 * _share(model), (received, _share(model))
+        coop = f"cooperative fetched {fetched} received {received} share {_share(model)}"
 
         ps.destroy_model_parallel()
         ps.initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=2)
@@ -73,6 +104,7 @@ def main() -> None:
         _check(model, rank_model(hf_state_dict(seed=10 + pp), 0, 1), "pp-per-rank")
         ps.destroy_model_parallel()
         ps.destroy_distributed_environment()
+    print(coop, flush=True)
 
 
 if __name__ == "__main__":

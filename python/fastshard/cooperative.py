@@ -78,16 +78,18 @@ def _wants(items: list[Item]) -> cp.Wants:
 
 def _share_plan(f: TensorSource, link: Link, items: list[Item], cap: int) -> list[cp.Wants]:
     """Every rank's wants, after checking that the ranks read the same
-    tensors of the same object with the same batch size."""
+    object with the same batch size. Ranks may want different tensors (a
+    vLLM model may skip one on some rank): the group fetches every tensor
+    that any rank wants, once."""
     wants = _wants(items)
-    key = hashlib.sha256(repr((f.file_size, sorted(wants), cap)).encode()).hexdigest()
+    key = hashlib.sha256(repr((f.file_size, cap)).encode()).hexdigest()
     mine = json.dumps([key, [[i, ks] for i, ks in wants.items()]]).encode()
     reports = [json.loads(r) for r in link.gather(mine)]
     if len({r[0] for r in reports}) != 1:
         raise ShardMismatchError(
             f"{f.uri}: the ranks of the cooperative load disagree on what to read "
-            "(different tensors, files or max_host_bytes); every rank must load the same "
-            "model from the same object with the same options",
+            "(different files or max_host_bytes); every rank must load from the same "
+            "object with the same options",
             uri=f.uri,
         )
     return [{int(i): [_key(k) for k in ks] for i, ks in report[1]} for report in reports]
@@ -104,7 +106,8 @@ class _Schedule:
     def __init__(self, f: TensorSource, wants: list[cp.Wants], cap: int, rank: int) -> None:
         self.f, self.wants, self.rank = f, wants, rank
         ws = len(wants)
-        all_pieces = cp.pieces(f, sorted(wants[rank]), cap)
+        wanted = {i for w in wants for i, keys in w.items() if keys}
+        all_pieces = cp.pieces(f, sorted(wanted), cap)
         self.whole = cp.shared_whole(wants)
         self.rounds = [cp.batches(o, cap, self.whole) for o in cp.owners(all_pieces, ws)]
         self.count = max(len(r) for r in self.rounds)

@@ -4,7 +4,11 @@ cooperatively when asked, with the source module's non-persistent buffers
 left out and vLLM's refusals turned into fastshard errors that name the
 file, the tensor and its bytes. At TP > 1 without ``cooperative``, each
 large weight is handed over unread (``lazy.LazyWeight``): the weight
-loader's ``narrow`` reads just this rank's part of it.
+loader's ``narrow`` reads just this rank's part of it. With
+``cooperative``, the slices the weight loaders take are found first
+(``probe``), the group fetches each batch once (``cooperative.load``, as
+``fastshard.load`` does) and each rank receives only its slices, which the
+weight loaders' ``narrow`` then get.
 """
 
 from __future__ import annotations
@@ -12,16 +16,18 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
 import fastshard
 
-from .. import _peers, tp
+from .. import _coopplan as cp
+from .. import _dispatch, _peers, tp
 from .._types import LoadStats
 from ..errors import FastshardError, InvalidArgumentError
+from . import probe as _probe
 from . import ranks as _ranks
 from .lazy import LazyWeight
 
@@ -76,12 +82,13 @@ def _batches(infos: list[fastshard.TensorInfo], limit: int) -> Iterator[list[fas
 
 class Feed:
     """The file's tensors as ``(name, tensor)`` for ``model.load_weights``,
-    whole, in batches of at most ``limit`` bytes (a larger tensor alone), so
-    host memory stays bounded. With ``cooperative`` the TP ranks fetch each
-    batch once between them and share it: every rank walks the same batches
-    in the same order, so a rank that stops early must say so (``stop``).
-    ``current`` is the tensor being handed over, for errors; ``stats`` adds
-    up the batches' loads."""
+    in batches of at most ``limit`` bytes of the file (a larger tensor
+    alone), so host memory stays bounded. With ``cooperative`` the TP ranks
+    fetch each batch once between them and each receives only the slices
+    its weight loaders take (``probe`` finds them first): every rank walks
+    the same batches in the same order, so a rank that stops early must say
+    so (``stop``). ``current`` is the tensor being handed over, for errors;
+    ``stats`` adds up the batches' loads."""
 
     def __init__(
         self,
@@ -111,8 +118,29 @@ class Feed:
         self.infos = [i for i in infos if i.name.lstrip(".") not in skipped]
         # Slices cannot be hash-checked (hashes cover whole tensors) nor
         # read from encrypted files (chunks are sealed whole): read those whole.
-        sliceable = not (f.verify_hash or f.encrypted)
-        self.lazy = ranks.tp_size > 1 and not self.share and sliceable
+        self.sliceable = not (f.verify_hash or f.encrypted)
+        self.lazy = ranks.tp_size > 1 and not self.share and self.sliceable
+        # Cooperative: each tensor's slices this rank takes (None: whole).
+        self.uses: dict[str, list[cp.Key]] = {i.name.lstrip("."): [None] for i in self.infos}
+
+    def probe(self, model: nn.Module) -> None:
+        """Cooperative: find the slices this rank's weight loaders take, by
+        running ``load_weights`` on probes (``probe.py``), which write
+        nothing. A model the probes cannot follow gets every tensor whole."""
+        if not (self.share and self.sliceable):
+            return
+        weights = [(i.name.lstrip("."), tuple(i.shape), i.dtype) for i in self.infos]
+        try:
+            # Every vLLM model class has load_weights; nn.Module does not declare it.
+            self.uses = _probe.probe(cast(Any, model).load_weights, weights)
+        except _probe.ProbeFailed as e:
+            log.warning(
+                "fastshard: %s: cannot tell which slices %s.load_weights takes (%s); "
+                "this rank receives every tensor whole",
+                self.f.uri,
+                type(model).__name__,
+                e,
+            )
 
     def _is_lazy(self, info: fastshard.TensorInfo) -> bool:
         return self.lazy and len(info.shape) >= 2 and info.nbytes >= LAZY_MIN_BYTES
@@ -123,21 +151,45 @@ class Feed:
         self.stats.add(self.f.fill([self.f.index_of(info.name)], [out], [sl]))
         return out
 
+    def _shared(self, batch: list[fastshard.TensorInfo]) -> dict[tuple[str, cp.Key], torch.Tensor]:
+        """The slices this rank takes of ``batch``'s tensors, by (name, key),
+        fetched once by the group (``cooperative.load``), each rank
+        receiving only its own."""
+        rank, ws = self.ranks.tp_rank, self.ranks.tp_size
+        link = _dispatch.group_for(True, self.ranks.tp_group, True, rank, ws)
+        with _dispatch.planning(link):
+            wanted = [(i, k) for i in batch for k in self.uses.get(i.name.lstrip("."), [])]
+            jobs = []
+            for info, key in wanted:
+                sl = cp.slice_of(key)
+                shape = tp.sliced_shape(info.shape, sl)
+                out = torch.empty(shape, dtype=info.dtype)
+                jobs.append(_dispatch.Job(self.f.index_of(info.name), sl, shape, out, True))
+        self.stats.add(_dispatch.load(self.f.engine, jobs, link))
+        return {(i.name, k): j.dest for (i, k), j in zip(wanted, jobs, strict=True)}
+
+    def _take(
+        self,
+        info: fastshard.TensorInfo,
+        parts: dict[tuple[str, cp.Key], torch.Tensor],
+        sl: tp.Slice | None,
+    ) -> torch.Tensor:
+        """A slice the shared load fetched, or one the probe did not see
+        (read alone: not a collective, so it cannot hang the group)."""
+        got = parts.get((info.name, cp.key_of(sl)))
+        return got if got is not None else self._read(info, sl)
+
+    def _weight(
+        self, info: fastshard.TensorInfo, parts: dict[tuple[str, cp.Key], torch.Tensor]
+    ) -> torch.Tensor:
+        if self.uses.get(info.name.lstrip(".")) == [None]:
+            return parts[(info.name, None)]
+        return LazyWeight(info.shape, info.dtype, functools.partial(self._take, info, parts))
+
     def _load(self, batch: list[fastshard.TensorInfo]) -> dict[Any, Any]:
         if not batch:
             return {}
-        names = [i.name for i in batch]
-        if self.share:
-            state = self.f.load_state_dict(
-                names=names,
-                rank=self.ranks.tp_rank,
-                world_size=self.ranks.tp_size,
-                shard_specs={"*": None},
-                cooperative=True,
-                group=self.ranks.tp_group,
-            )
-        else:
-            state = self.f.load_state_dict(names=names)
+        state = self.f.load_state_dict(names=[i.name for i in batch])
         self.stats.add(self.f.stats)
         if not isinstance(state, dict):
             raise InvalidArgumentError(
@@ -147,13 +199,15 @@ class Feed:
 
     def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
         for batch in _batches(self.infos, self.limit):
-            state = self._load([i for i in batch if not self._is_lazy(i)])
+            parts = self._shared(batch) if self.share else {}
+            state = {} if self.share else self._load([i for i in batch if not self._is_lazy(i)])
             for info in batch:
                 self.current = info
-                if self._is_lazy(info):
-                    weight: torch.Tensor = LazyWeight(
-                        info.shape, info.dtype, functools.partial(self._read, info)
-                    )
+                weight: torch.Tensor
+                if self.share:
+                    weight = self._weight(info, parts)
+                elif self._is_lazy(info):
+                    weight = LazyWeight(info.shape, info.dtype, functools.partial(self._read, info))
                 else:
                     weight = state.pop(info.name)
                 # write_module's root tensors are named ".name"

@@ -201,6 +201,7 @@ class FastshardModelLoader(BaseModelLoader):
         with fastshard.open(plan.uri, **self.open_options()) as f:
             feed = hf.Feed(f, model, plan.ranks, limit, self.config.cooperative)
             try:
+                feed.probe(model)
                 # Every vLLM model class has load_weights; nn.Module does not declare it.
                 loaded = cast(Any, model).load_weights(feed)
             except BaseException as e:
@@ -224,7 +225,8 @@ def _summary(plan: Plan, stats: LoadStats, seconds: float, cooperative: bool) ->
     gbps = stats.bytes_fetched / seconds / 1e9 if seconds > 0 else 0.0
     log.info(
         "fastshard: loaded %s (%s format, %s, file rank %d of %d, TP rank %d of %d): "
-        "%d bytes fetched by this rank (%.1f MiB) in %.2f s, %.2f GB/s, %d requests, %d retries",
+        "%d bytes fetched by this rank (%.1f MiB) in %.2f s, %.2f GB/s, %d requests, %d retries, "
+        "%d bytes received from the other ranks",
         plan.file,
         plan.format,
         route,
@@ -238,6 +240,7 @@ def _summary(plan: Plan, stats: LoadStats, seconds: float, cooperative: bool) ->
         gbps,
         stats.requests,
         stats.retries,
+        stats.bytes_received,
     )
 
 
