@@ -1,6 +1,7 @@
 """One-call GPU check of fastshard's CUDA path (issue 5): correctness against
 the CPU path, the raw pinned host-to-device rate, and fastshard's load rate
-from a local file into one GPU, including a 10+ GiB load. Prints a short
+from a local file into one GPU, including a 10+ GiB load, and a cooperative
+load over NCCL, one process per GPU (gpu_nccl.py). Prints a short
 table last and writes gpu_check.json to --out. Needs only torch and a
 fastshard wheel (no network, no installs beyond the wheel), under 5 minutes.
 
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import gpu_nccl
 import torch
 
 import fastshard
@@ -206,6 +208,13 @@ def main() -> int:
     ap.add_argument("--size-gib", type=float, default=10.0, help="the big load (default 10 GiB)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--tmp", default=None, help="where files go (default /dev/shm if big enough)")
+    ap.add_argument(
+        "--nccl-world",
+        type=int,
+        default=None,
+        help="processes of the cooperative NCCL check, one per GPU (default: every GPU)",
+    )
+    ap.add_argument("--nccl-only", action="store_true", help="run the NCCL check alone")
     args = ap.parse_args()
     started = time.perf_counter()
     out = Path(args.out)
@@ -215,6 +224,12 @@ def main() -> int:
         print("gpu_check: CUDA is not available here", file=sys.stderr)
         return 2
     torch.cuda.set_device(device)
+    world = gpu_nccl.world_size(args.nccl_world, torch.cuda.device_count())
+    if args.nccl_only:
+        nccl = gpu_nccl.check(world)
+        (out / "gpu_check.json").write_text(json.dumps({"nccl": nccl}, indent=1, default=str))
+        print(json.dumps(nccl, indent=1, default=str))
+        return 0 if nccl["ok"] else 1
     total = int(args.size_gib * GiB)
     base = args.tmp
     if base is None:
@@ -233,6 +248,8 @@ def main() -> int:
         result["seed"] = seed
         result["correctness"] = correctness(tmp, device, seed)
         print("correctness:", json.dumps(result["correctness"], indent=1), flush=True)
+        result["nccl"] = gpu_nccl.check(world)
+        print("nccl:", json.dumps(result["nccl"], indent=1, default=str), flush=True)
         result["raw_pinned_h2d_gbps"] = raw_h2d(device, 1 * GiB)
         print(f"raw pinned H2D: {result['raw_pinned_h2d_gbps']:.1f} GB/s", flush=True)
         big = tmp / "big.tensors"
@@ -257,6 +274,8 @@ def main() -> int:
     peak = result["big_load_stats"]["peak_host_bytes"]
     rows = [
         ("correctness (all dtypes, cuda == cpu)", verdict(result["correctness"]["ok"])),
+        (f"cooperative over NCCL, {world} ranks ({result['nccl']['checks']})",
+         verdict(result["nccl"]["ok"])),
         ("raw pinned H2D, 1 GiB torch copy", f"{raw:.1f} GB/s"),
         (f"fastshard.load {result['big_file_bytes'] / GiB:.1f} GiB file -> {device}",
          f"{best:.1f} GB/s (runs: {', '.join(f'{r:.1f}' for r in result['big_load_gbps'])})"),
@@ -275,7 +294,8 @@ def main() -> int:
     print()
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
-    return 0 if result["correctness"]["ok"] and result["big_load_equal"] else 1
+    ok = result["correctness"]["ok"] and result["big_load_equal"] and result["nccl"]["ok"]
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ def pieces(f: TensorSource, indices: list[int], cap: int) -> list[Piece]:
         if row_bytes > cap:
             raise InvalidArgumentError(
                 f"{info.name}: one row is {row_bytes} bytes, more than a cooperative batch "
-                f"({cap} bytes = max_host_bytes / (world_size + 3)); raise max_host_bytes",
+                f"({cap} bytes: max_host_bytes / (world_size + 3), at most 32 MiB); "
+                "raise max_host_bytes",
                 uri=f.uri,
                 tensor=info.name,
             )
@@ -148,7 +149,7 @@ def _rows(piece: Piece, start: int, length: int) -> range:
     return range(max(start, piece.row0), min(start + length, piece.row0 + piece.rows))
 
 
-def _block(f: TensorSource, piece: Piece, raw: torch.Tensor) -> torch.Tensor:
+def block(f: TensorSource, piece: Piece, raw: torch.Tensor) -> torch.Tensor:
     info = f.info_at(piece.index)
     if not info.shape:
         return raw.view(info.dtype).reshape(())
@@ -161,25 +162,25 @@ def extract(f: TensorSource, piece: Piece, raw: torch.Tensor, key: Key, out: tor
     if key is None:
         out.copy_(raw)
         return
-    block = _block(f, piece, raw)
+    src = block(f, piece, raw)
     dim, ranges = key
     if dim == 0:
         at = 0
-        dest = out.view(block.dtype)
+        dest = out.view(src.dtype)
         for a, n in ranges:
             r = _rows(piece, a, n)
             if len(r):
-                part = block[r.start - piece.row0 : r.stop - piece.row0]
+                part = src[r.start - piece.row0 : r.stop - piece.row0]
                 dest[at : at + part.numel()].view(part.shape).copy_(part)
                 at += part.numel()
         return
     # Later dims: the rank's local block of these rows, its ranges side by side.
-    shape = list(block.shape)
+    shape = list(src.shape)
     shape[dim] = sum(n for _, n in ranges)
-    dest = out.view(block.dtype).view(shape)
+    dest = out.view(src.dtype).view(shape)
     local = 0
     for a, n in ranges:
-        dest.narrow(dim, local, n).copy_(block.narrow(dim, a, n))
+        dest.narrow(dim, local, n).copy_(src.narrow(dim, a, n))
         local += n
 
 
@@ -192,7 +193,7 @@ def deposit(f: TensorSource, piece: Piece, raw: torch.Tensor, key: Key, out: tor
         return
     r0, r1 = piece.row0, piece.row0 + piece.rows
     if key is None:
-        out[r0:r1].copy_(_block(f, piece, raw))
+        out[r0:r1].copy_(block(f, piece, raw))
         return
     dim, ranges = key
     data = raw.view(info.dtype)
@@ -202,8 +203,8 @@ def deposit(f: TensorSource, piece: Piece, raw: torch.Tensor, key: Key, out: tor
         for a, n in ranges:
             r = _rows(piece, a, n)
             if len(r):
-                block = data[at : at + len(r) * row].view((len(r), *info.shape[1:]))
-                out[local + r.start - a : local + r.stop - a].copy_(block)
+                got = data[at : at + len(r) * row].view((len(r), *info.shape[1:]))
+                out[local + r.start - a : local + r.stop - a].copy_(got)
                 at += len(r) * row
             local += n
         return
@@ -219,10 +220,10 @@ def place(f: TensorSource, piece: Piece, raw: torch.Tensor, key: Key, out: torch
     if not info.shape:
         out.copy_(raw.view(info.dtype).reshape(()))
         return
-    block = _block(f, piece, raw)
+    src = block(f, piece, raw)
     r0, r1 = piece.row0, piece.row0 + piece.rows
     if key is None:
-        out[r0:r1].copy_(block)
+        out[r0:r1].copy_(src)
         return
     dim, ranges = key
     local = 0
@@ -231,8 +232,8 @@ def place(f: TensorSource, piece: Piece, raw: torch.Tensor, key: Key, out: torch
             r = _rows(piece, start, length)
             if len(r):
                 out[local + r.start - start : local + r.stop - start].copy_(
-                    block[r.start - r0 : r.stop - r0]
+                    src[r.start - r0 : r.stop - r0]
                 )
         else:
-            out[r0:r1].narrow(dim, local, length).copy_(block.narrow(dim, start, length))
+            out[r0:r1].narrow(dim, local, length).copy_(src.narrow(dim, start, length))
         local += length

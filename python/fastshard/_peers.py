@@ -48,15 +48,7 @@ def group_of(group: Any, rank: int, world_size: int) -> Any:
             "in every rank"
         )
     g = group if group is not None else dist.group.WORLD
-    backend = str(dist.get_backend(g)).lower()
-    if "gloo" not in backend:
-        # The exchange buffers are host memory; NCCL needs them on the GPU,
-        # which this build does not stage yet.
-        raise UnsupportedError(
-            f"cooperative loading exchanges host buffers and needs a gloo group, not "
-            f"{backend!r}: pass group=torch.distributed.new_group(backend='gloo') (vLLM: "
-            "get_tp_group().cpu_group)"
-        )
+    buffer_device(g)  # a backend it cannot exchange over fails here, before any load
     g_rank, g_size = dist.get_rank(g), dist.get_world_size(g)
     if (g_rank, g_size) != (rank, world_size):
         raise ShardMismatchError(
@@ -64,6 +56,22 @@ def group_of(group: Any, rank: int, world_size: int) -> Any:
             f"group has rank {g_rank} of {g_size}"
         )
     return g
+
+
+def buffer_device(group: Any) -> torch.device:
+    """Where a cooperative load's exchange buffers live, the one decision
+    the gloo and NCCL paths differ by: host memory for gloo; this rank's
+    current GPU for NCCL, which exchanges device tensors (each rank's
+    pieces reach its GPU through the pinned staging ring)."""
+    backend = str(dist.get_backend(group)).lower()
+    if "nccl" in backend:
+        return torch.device("cuda", torch.cuda.current_device())
+    if "gloo" in backend:
+        return torch.device("cpu")
+    raise UnsupportedError(
+        f"cooperative loading exchanges over gloo or NCCL, not {backend!r}: pass "
+        "group=torch.distributed.new_group(backend='gloo') (vLLM: get_tp_group().cpu_group)"
+    )
 
 
 def _name(group: Any) -> str:
@@ -113,6 +121,7 @@ class Link:
         _begun[name] = n + 1
         self.key = _flag(group, n)
         self.store = dist.distributed_c10d._get_default_store()
+        self.device = buffer_device(group if group is not None else dist.group.WORLD)
 
     # -- failure -------------------------------------------------------------
     def fail(self, error: BaseException) -> None:
@@ -174,17 +183,17 @@ class Link:
 
     def gather(self, data: bytes) -> list[bytes]:
         """Every rank's ``data``, in rank order."""
-        ws = self.world_size
-        size = torch.tensor([len(data)], dtype=torch.int64)
-        sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(ws)]
+        ws, dev = self.world_size, self.device
+        size = torch.tensor([len(data)], dtype=torch.int64, device=dev)
+        sizes = [torch.zeros(1, dtype=torch.int64, device=dev) for _ in range(ws)]
         self.wait([dist.all_gather(sizes, size, group=self.group, async_op=True)])
         n = max(1, max(int(s) for s in sizes))
         mine = torch.zeros(n, dtype=torch.uint8)
         if data:
             mine[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        outs = [torch.empty(n, dtype=torch.uint8) for _ in range(ws)]
-        self.wait([dist.all_gather(outs, mine, group=self.group, async_op=True)])
-        return [bytes(o[: int(s)].numpy()) for o, s in zip(outs, sizes, strict=True)]
+        outs = [torch.empty(n, dtype=torch.uint8, device=dev) for _ in range(ws)]
+        self.wait([dist.all_gather(outs, mine.to(dev), group=self.group, async_op=True)])
+        return [bytes(o[: int(s)].cpu().numpy()) for o, s in zip(outs, sizes, strict=True)]
 
     def agree(self, error: BaseException | None) -> None:
         """Every rank reports whether it may go on; if one may not, all

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from . import _coopplan as cp
-from . import tp
+from . import _ring, tp
 from ._peers import Link
 from ._types import LoadStats, TensorSource
 from .errors import FastshardError, PeerFailedError, ShardMismatchError
@@ -53,6 +53,8 @@ class Item:
 
 
 def _fetch(f: TensorSource, batch: list[cp.Piece], buf: torch.Tensor, budget: int) -> LoadStats:
+    """This rank's batch into ``buf``: straight in when it is host memory,
+    else (a GPU's, for NCCL) through the pinned staging ring."""
     offsets, _ = cp.layout(batch)
     views = [buf[o : o + p.nbytes] for o, p in zip(offsets, batch, strict=True)]
     slices: list[tp.Slice | None] = []
@@ -60,6 +62,13 @@ def _fetch(f: TensorSource, batch: list[cp.Piece], buf: torch.Tensor, budget: in
         info = f.info_at(p.index)
         whole = not info.shape or (p.row0 == 0 and p.rows == info.shape[0])
         slices.append(None if whole else (0, [(p.row0, p.rows)]))
+    if buf.device.type != "cpu":
+        blocks = [cp.block(f, p, v) for p, v in zip(batch, views, strict=True)]
+        items = [
+            _ring.Item(p.index, s, tuple(b.shape), b)
+            for p, s, b in zip(batch, slices, blocks, strict=True)
+        ]
+        return _ring.load(f, items, budget)
     # Hash checks need whole records: only whole pieces can be verified.
     verify = f.verify_hash and all(s is None for s in slices)
     return f.fill(
@@ -168,7 +177,7 @@ def _load(f: TensorSource, items: list[Item], link: Link) -> LoadStats:
     own_max = max((plan.size(rank, k) for k in range(n)), default=0)
     send_max = max((plan.send_bytes(k) for k in range(n)), default=0)
     recv_max = max((plan.recv_bytes(k) for k in range(n)), default=0)
-    arena = torch.empty(2 * own_max + send_max + recv_max, dtype=torch.uint8)
+    arena = torch.empty(2 * own_max + send_max + recv_max, dtype=torch.uint8, device=link.device)
     own_areas = (arena[:own_max], arena[own_max : 2 * own_max])
     send_area = arena[2 * own_max : 2 * own_max + send_max]
     recv_area = arena[2 * own_max + send_max :]

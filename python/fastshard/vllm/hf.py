@@ -163,7 +163,8 @@ class Feed:
             for info, key in wanted:
                 sl = cp.slice_of(key)
                 shape = tp.sliced_shape(info.shape, sl)
-                out = torch.empty(shape, dtype=info.dtype)
+                # Where the exchange runs (a GPU's for NCCL): no copy on arrival.
+                out = torch.empty(shape, dtype=info.dtype, device=link.device if link else None)
                 jobs.append(_dispatch.Job(self.f.index_of(info.name), sl, shape, out, True))
         self.stats.add(_dispatch.load(self.f.engine, jobs, link))
         return {(i.name, k): j.dest for (i, k), j in zip(wanted, jobs, strict=True)}

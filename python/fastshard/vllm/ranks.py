@@ -19,7 +19,9 @@ class Ranks:
     tp_size: int = 1
     pp_rank: int = 0
     pp_size: int = 1
-    tp_group: Any = None  # the TP group's CPU (gloo) process group, None when single
+    # The TP group a cooperative load exchanges over, None when single: its
+    # device group where that is NCCL (GPUs), else its CPU (gloo) group.
+    tp_group: Any = None
 
     @property
     def file_rank(self) -> int:
@@ -33,10 +35,14 @@ class Ranks:
 def current() -> Ranks:
     """The ranks from vLLM's initialized groups; rank 0 of 1 when vLLM's
     model-parallel state is not initialized (a plain single-process use)."""
+    import torch.distributed as dist
     from vllm.distributed import parallel_state as ps
 
     if not ps.model_parallel_is_initialized():
         return Ranks()
     tp, pp = ps.get_tp_group(), ps.get_pp_group()
-    group = tp.cpu_group if tp.world_size > 1 else None
+    group = None
+    if tp.world_size > 1:
+        nccl = "nccl" in str(dist.get_backend(tp.device_group)).lower()
+        group = tp.device_group if nccl else tp.cpu_group
     return Ranks(tp.rank_in_group, tp.world_size, pp.rank_in_group, pp.world_size, group)
