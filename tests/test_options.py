@@ -113,7 +113,9 @@ def test_the_budget_is_divided_in_one_place() -> None:
     none = Budget()
     assert none.whole() == {} and none.per_fill(1 << 20, 2) is None
     assert none.staging(256) == 256 and not none.bounded
-    assert none.cooperative_batch(2) == _budget.COOPERATIVE_BYTES // 5
+    # Rounds small enough that each one's exchange overlaps the next one's fetch.
+    assert none.cooperative_batch(2) == _budget.COOPERATIVE_ROUND < _budget.COOPERATIVE_BYTES // 5
+    assert Budget(1 << 40).cooperative_batch(8) == _budget.COOPERATIVE_ROUND
     assert none.or_default(7) == 7
     mib = Budget(1 << 20)
     assert mib.whole() == {"max_host_bytes": 1 << 20}

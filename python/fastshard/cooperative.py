@@ -15,7 +15,7 @@ about its own share of the split tensors plus the replicated ones
 (``LoadStats.bytes_fetched`` and ``bytes_received``).
 
 Memory: a round holds this rank's batch (``max_host_bytes / (world + 3)``
-bytes, ``Budget.cooperative_batch``), the parts it sends, what it receives
+bytes, at most 32 MiB: ``Budget.cooperative_batch``), the parts it sends, what it receives
 (at most one batch from each peer), plus the next batch it fetches while
 the exchange runs and that fetch's own headers and scratch. Tensors larger
 than a batch travel as blocks of rows.
