@@ -147,6 +147,7 @@ impl FileSource {
         drop(scratch);
         Ok(PartStats {
             bytes_fetched: part.len(),
+            bytes_from_cache: 0,
             requests: 1,
             retries: 0,
             first_byte: None,

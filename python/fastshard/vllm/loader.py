@@ -224,7 +224,8 @@ def _summary(plan: Plan, stats: LoadStats, seconds: float, cooperative: bool) ->
     gbps = stats.bytes_fetched / seconds / 1e9 if seconds > 0 else 0.0
     log.info(
         "fastshard: loaded %s (%s format, %s, file rank %d of %d, TP rank %d of %d): "
-        "%d bytes fetched by this rank (%.1f MiB) in %.2f s, %.2f GB/s, %d requests, %d retries",
+        "%d bytes fetched by this rank (%.1f MiB) in %.2f s, %.2f GB/s, %d requests, %d retries, "
+        "%d bytes from the node's cache",
         plan.file,
         plan.format,
         route,
@@ -238,6 +239,7 @@ def _summary(plan: Plan, stats: LoadStats, seconds: float, cooperative: bool) ->
         gbps,
         stats.requests,
         stats.retries,
+        stats.bytes_from_cache,
     )
 
 
