@@ -77,7 +77,8 @@ def main() -> int:
     assert stats is not None
     print(
         f"cached load: {stats.bytes_fetched} bytes from the store, "
-        f"{stats.bytes_from_cache} from the cache, {stats.requests} requests"
+        f"{stats.bytes_from_cache} from the cache, {stats.requests} requests; "
+        f"open {stats.discovery_seconds:.3f} s, reads {stats.fetch_seconds:.3f} s"
     )
     print(f"cached / file throughput: {med['file'] / med['cached']:.2f}")
     return 0

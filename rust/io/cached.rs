@@ -10,6 +10,7 @@ use std::io;
 use std::sync::{Arc, OnceLock};
 
 use super::cache::{CacheOptions, Entry, Piece, Span};
+use super::file::{FILE_CONCURRENCY, FILE_PLAN};
 use super::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
@@ -24,7 +25,14 @@ pub struct CachedSource {
     identity: String,
     /// Opened at discovery; `None` inside when this object is not cached.
     entry: OnceLock<Option<Arc<Entry>>>,
+    /// Whether the entry held (nearly) the whole object at discovery: its
+    /// loads are then planned and run as a local file's are.
+    warm: OnceLock<bool>,
 }
+
+/// The share of an object an entry must hold to be read like a local
+/// file: all but what no load reads (discovery's prefix, index padding).
+const WARM_PERCENT: u64 = 99;
 
 impl CachedSource {
     pub fn new(inner: Arc<dyn RangeSource>, cache: CacheOptions, identity: String) -> Self {
@@ -33,7 +41,12 @@ impl CachedSource {
             cache,
             identity,
             entry: OnceLock::new(),
+            warm: OnceLock::new(),
         }
+    }
+
+    fn warm(&self) -> bool {
+        self.warm.get().copied().unwrap_or(false)
     }
 
     fn entry(&self) -> Option<Arc<Entry>> {
@@ -205,7 +218,12 @@ unsafe fn serve_part(
         return Ok((segments.to_vec(), 0));
     };
     drop(regions);
-    missing.extend(held.into_iter().zip(filled).filter(|(_, f)| !f).map(|(s, _)| s));
+    missing.extend(
+        held.into_iter()
+            .zip(filled)
+            .filter(|(_, f)| !f)
+            .map(|(s, _)| s),
+    );
     missing.sort_by_key(|s| s.offset);
     Ok((missing, bytes))
 }
@@ -298,27 +316,33 @@ impl PartSource for CachedSource {
     }
 
     fn plan_options(&self) -> PlanOptions {
-        self.inner.plan_options()
+        match self.warm() {
+            true => FILE_PLAN,
+            false => self.inner.plan_options(),
+        }
     }
 
     fn default_concurrency(&self) -> usize {
-        self.inner.default_concurrency()
+        match self.warm() {
+            true => FILE_CONCURRENCY,
+            false => self.inner.default_concurrency(),
+        }
     }
 
     fn max_concurrency(&self) -> Option<usize> {
-        self.inner.max_concurrency()
+        self.inner.max_concurrency().filter(|_| !self.warm())
     }
 
     fn part_size_for(&self, bytes: u64) -> Option<u64> {
-        self.inner.part_size_for(bytes)
+        self.inner.part_size_for(bytes).filter(|_| !self.warm())
     }
 
     fn max_joined_part(&self) -> Option<u64> {
-        self.inner.max_joined_part()
+        self.inner.max_joined_part().filter(|_| !self.warm())
     }
 
     fn populates_ahead(&self) -> bool {
-        self.inner.populates_ahead()
+        self.inner.populates_ahead() && !self.warm()
     }
 
     fn staging_bytes(&self, part: &Part) -> u64 {
@@ -349,6 +373,13 @@ impl RangeSource for CachedSource {
                     }
                     None => None,
                 };
+                let held = entry
+                    .as_ref()
+                    .and_then(|e| e.with_pieces(|p| p.bytes()).ok());
+                let warm = held.is_some_and(|b| {
+                    b.saturating_mul(100) >= found.size.saturating_mul(WARM_PERCENT)
+                });
+                let _ = self.warm.set(warm);
                 let _ = self.entry.set(entry.map(Arc::new));
             }
             Ok(found)

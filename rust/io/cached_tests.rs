@@ -83,12 +83,17 @@ fn open(s: &Setup, tag: &str) -> Arc<CachedSource> {
         tag: tag.into(),
     });
     let src = Arc::new(CachedSource::new(inner, s.cache.clone(), "obj".into()));
-    rt().block_on(src.discover(16, &CancelToken::new())).unwrap();
+    rt().block_on(src.discover(16, &CancelToken::new()))
+        .unwrap();
     src
 }
 
 /// Loads `ranges` in parts of `part_size`; their bytes and the summed stats.
-fn load(src: &Arc<CachedSource>, ranges: &[(u64, u64)], part_size: u64) -> (Vec<Vec<u8>>, PartStats) {
+fn load(
+    src: &Arc<CachedSource>,
+    ranges: &[(u64, u64)],
+    part_size: u64,
+) -> (Vec<Vec<u8>>, PartStats) {
     let wants = ranges
         .iter()
         .enumerate()
@@ -170,7 +175,12 @@ fn corrupt_bytes_are_refetched_and_the_entry_heals() {
     assert_eq!(got, expect(&s, &all));
     assert_eq!(st.bytes_fetched, 0);
     // Cut short: the missing tail comes from the store again.
-    std::fs::File::options().write(true).open(&data_file).unwrap().set_len(3 * MIB).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&data_file)
+        .unwrap()
+        .set_len(3 * MIB)
+        .unwrap();
     let (got, st) = load(&open(&s, "v1"), &all, MIB);
     assert_eq!(got, expect(&s, &all));
     assert_eq!(st.bytes_fetched, MIB, "{st:?}");
@@ -184,10 +194,14 @@ fn another_version_is_fetched_again_and_index_reads_are_cached_too() {
     let (_, st) = load(&open(&s, "v2"), &all, MIB);
     assert_eq!((st.bytes_from_cache, st.bytes_fetched), (0, MIB));
     let src = open(&s, "v2");
-    let got = rt().block_on(src.read_range(10, 100, &CancelToken::new())).unwrap();
+    let got = rt()
+        .block_on(src.read_range(10, 100, &CancelToken::new()))
+        .unwrap();
     assert_eq!(got, &s.data[10..110]);
     // Served from the entry: the file behind it no longer matters.
     std::fs::write(&s.object, vec![0u8; MIB as usize]).unwrap();
-    let got = rt().block_on(src.read_range(10, 100, &CancelToken::new())).unwrap();
+    let got = rt()
+        .block_on(src.read_range(10, 100, &CancelToken::new()))
+        .unwrap();
     assert_eq!(got, &s.data[10..110]);
 }

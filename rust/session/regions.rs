@@ -24,7 +24,10 @@ pub(super) unsafe fn zero_regions(dests: &[(*mut u8, usize)]) {
 /// # Safety
 /// As `Destinations::new`: every region valid for writes and untouched by
 /// anyone else until the load's reads have finished.
-pub(super) unsafe fn destinations(headers: &mut [Vec<u8>], dests: &[(*mut u8, usize)]) -> Destinations {
+pub(super) unsafe fn destinations(
+    headers: &mut [Vec<u8>],
+    dests: &[(*mut u8, usize)],
+) -> Destinations {
     // Huge pages make faulting in fresh destinations far cheaper on most
     // hosts, but on VMs whose host backs guest memory lazily they can be
     // much slower the first time: measured, so opt-in.

@@ -4,7 +4,11 @@ use std::time::{Duration, SystemTime};
 fn fill(cache: &CacheOptions, identity: &str, size: u64) -> Entry {
     let e = cache.open(identity, "v1", size).unwrap().unwrap();
     let data = vec![7u8; size as usize];
-    e.store(&[Span { start: 0, bufs: vec![&data] }]).unwrap();
+    e.store(&[Span {
+        start: 0,
+        bufs: vec![&data],
+    }])
+    .unwrap();
     e
 }
 
@@ -13,7 +17,8 @@ fn keys(dir: &std::path::Path) -> Vec<String> {
         .unwrap()
         .filter_map(|d| {
             let name = d.unwrap().file_name().into_string().unwrap();
-            name.ends_with(".data").then(|| name[..evict::KEY_LEN].to_string())
+            name.ends_with(".data")
+                .then(|| name[..evict::KEY_LEN].to_string())
         })
         .collect();
     out.sort();
@@ -23,7 +28,8 @@ fn keys(dir: &std::path::Path) -> Vec<String> {
 fn age(cache: &CacheOptions, identity: &str, secs: u64) {
     let path = cache.dir.join(format!("{}.manifest", key_of(identity)));
     let f = std::fs::File::options().append(true).open(path).unwrap();
-    f.set_modified(SystemTime::now() - Duration::from_secs(secs)).unwrap();
+    f.set_modified(SystemTime::now() - Duration::from_secs(secs))
+        .unwrap();
 }
 
 #[test]
@@ -67,7 +73,9 @@ fn options_come_from_the_environment_when_not_given() {
         }
     };
     let set = env(&[(DIR_ENV, "/tmp/from-env"), (MAX_BYTES_ENV, "1234")]);
-    let got = CacheOptions::resolve_with(None, None, set).unwrap().unwrap();
+    let got = CacheOptions::resolve_with(None, None, set)
+        .unwrap()
+        .unwrap();
     assert_eq!(got.dir, PathBuf::from("/tmp/from-env"));
     assert_eq!(got.max_bytes, Some(1234));
     let given = CacheOptions::resolve_with(Some("/x".into()), Some(5), set)
@@ -89,6 +97,8 @@ fn an_unusable_directory_is_an_error_naming_it() {
         dir: file.path().join("sub"),
         max_bytes: None,
     };
-    let err = cache.open("a", "v1", 10).unwrap_err();
+    let Err(err) = cache.open("a", "v1", 10) else {
+        panic!("a file where the directory should be is an error");
+    };
     assert!(err.to_string().contains("sub"), "{err}");
 }

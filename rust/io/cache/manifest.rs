@@ -123,7 +123,8 @@ impl Record {
     }
 
     pub fn decode(b: &[u8; RECORD_LEN]) -> Option<Record> {
-        let word = |r: std::ops::Range<usize>| b[r].iter().rev().fold(0u64, |a, &x| (a << 8) | x as u64);
+        let word =
+            |r: std::ops::Range<usize>| b[r].iter().rev().fold(0u64, |a, &x| (a << 8) | x as u64);
         if word(21..25) as u32 != crc32fast::hash(&b[..21]) {
             return None;
         }

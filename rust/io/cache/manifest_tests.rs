@@ -40,7 +40,7 @@ fn header_round_trips_and_any_flipped_byte_fails() {
     assert!(h.same_object(&other));
     assert!(!h.same_object(&Header {
         tag: "\"etag-2\"".into(),
-        ..h
+        ..h.clone()
     }));
 }
 
@@ -50,7 +50,11 @@ fn overlapping_pieces_keep_the_first_and_dropped_ranges_go() {
     for r in [piece(0, 10), piece(5, 10), piece(10, 10), piece(995, 10)] {
         p.apply(r, 1000);
     }
-    assert_eq!(p.bytes(), 20, "the overlap and the piece past the end are ignored");
+    assert_eq!(
+        p.bytes(),
+        20,
+        "the overlap and the piece past the end are ignored"
+    );
     assert_eq!(p.missing(0, 30), vec![(20, 30)]);
     assert!(p.covers(3, 17));
     p.apply(Record::Dropped { start: 12, len: 1 }, 1000);
@@ -63,7 +67,10 @@ fn a_torn_record_ends_the_log() {
     let records = [piece(0, 10), piece(10, 10), piece(20, 10)];
     let bytes = log(&records);
     let mut p = Pieces::default();
-    assert_eq!(apply_records(&mut p, &bytes[..2 * RECORD_LEN + 7], 1000), 2 * RECORD_LEN);
+    assert_eq!(
+        apply_records(&mut p, &bytes[..2 * RECORD_LEN + 7], 1000),
+        2 * RECORD_LEN
+    );
     assert_eq!(p.missing(0, 30), vec![(20, 30)]);
     let mut bad = bytes.clone();
     bad[RECORD_LEN + 3] ^= 1;
@@ -74,8 +81,11 @@ fn a_torn_record_ends_the_log() {
 
 fn arb_record() -> impl Strategy<Value = Record> {
     prop_oneof![
-        (0u64..2000, 0u64..300, any::<u32>())
-            .prop_map(|(start, len, crc)| Record::Piece { start, len, crc }),
+        (0u64..2000, 0u64..300, any::<u32>()).prop_map(|(start, len, crc)| Record::Piece {
+            start,
+            len,
+            crc
+        }),
         (0u64..2000, 0u64..300).prop_map(|(start, len)| Record::Dropped { start, len }),
     ]
 }
@@ -87,7 +97,12 @@ fn model(records: &[Record], size: u64) -> Vec<Option<u32>> {
         match *r {
             Record::Piece { start, len, crc } => {
                 let end = start.saturating_add(len);
-                if len == 0 || end > size || bytes[start as usize..end as usize].iter().any(Option::is_some) {
+                if len == 0
+                    || end > size
+                    || bytes[start as usize..end as usize]
+                        .iter()
+                        .any(Option::is_some)
+                {
                     continue;
                 }
                 bytes[start as usize..end as usize].fill(Some((start, crc)));
