@@ -157,3 +157,9 @@ def test_unknown_key_from_the_cli_is_rejected(model_dir):
 def test_bad_values_are_rejected(extra, match):
     with pytest.raises(fastshard.InvalidArgumentError, match=match):
         fconfig.parse_extra_config(extra)
+
+
+def test_cache_options_are_open_options():
+    extra = {"uri": "s3://b/m.tensors", "cache_dir": "/nvme/cache", "cache_max_bytes": 1 << 30}
+    cfg = fconfig.parse_extra_config(extra)
+    assert cfg.open_opts == {"cache_dir": "/nvme/cache", "cache_max_bytes": 1 << 30}

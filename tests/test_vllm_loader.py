@@ -31,6 +31,7 @@ from vllm_plugin_helpers import (
 )
 
 import fastshard
+from fastshard.vllm import loader as floader
 from fastshard.vllm.names import MARKER
 
 pytestmark = pytest.mark.usefixtures("vllm_registered")
@@ -267,3 +268,29 @@ def test_encrypted_rank_files_and_keyfile_on_s3(monkeypatch, model_dir, tmp_path
         model_dir, "--load-format", "tensorizer", "--model-loader-extra-config", json.dumps(extra)
     )
     assert_ranks_load(monkeypatch, "tensorizer", lc.model_loader_extra_config, refs)
+
+
+def test_a_restarted_node_reads_its_weights_from_the_cache(monkeypatch, tmp_path: Path, seaweed):
+    """cache_dir in the loader's config reaches every load: a second loader
+    (a node restarting) reads the rank's file from local disk."""
+    refs = [rank_model(hf_state_dict(seed=6), r, 2) for r in range(2)]
+    for r in range(2):
+        tensorize_vllm(refs[r], tmp_path / f"model-rank-{r:02d}.tensors")
+        seaweed.upload(
+            tmp_path / f"model-rank-{r:02d}.tensors", f"vllm-cache/model-rank-{r:02d}.tensors"
+        )
+    extra = {
+        "uri": f"s3://{seaweed.bucket}/vllm-cache/model-rank-%02d.tensors",
+        "cache_dir": str(tmp_path / "cache"),
+        **seaweed.opts(),
+    }
+    seen: list[fastshard.LoadStats] = []
+    monkeypatch.setattr(floader, "_summary", lambda plan, stats, *rest: seen.append(stats))
+    for _ in range(2):
+        set_ranks(monkeypatch, 1, 2)
+        model = TinyForCausalLM(1, 2)
+        loader_for("fastshard", extra).load_weights(model, ModelConfig())
+        assert_same(model, refs[1])
+    first, second = seen
+    assert (first.bytes_from_cache, second.bytes_fetched) == (0, 0)
+    assert second.bytes_from_cache >= first.bytes_wanted > 0

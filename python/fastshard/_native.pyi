@@ -266,7 +266,8 @@ class Reader:
         set); local files use 8 reads of 8 MiB. Returns stats of this load (discovery not included):
         bytes_fetched, bytes_wanted, requests (ranged reads sent, retries
         included), retries, seconds, concurrency (the most in flight),
-        peak_host_bytes.
+        peak_host_bytes, bytes_from_cache (read from the node's cache, not
+        the store: not in bytes_fetched).
 
         ``encryption`` is required for encrypted files (``encrypted``) and
         refused for others (InvalidArgumentError), as are slices of them.

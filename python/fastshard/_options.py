@@ -44,6 +44,8 @@ class SourceOptions(TypedDict, total=False):
     gcs_anonymous: bool | None
     max_attempts: int | None
     deadline_seconds: float | None
+    cache_dir: str | os.PathLike[str] | None
+    cache_max_bytes: int | None
 
 
 class LoadOptions(TypedDict, total=False):
@@ -75,7 +77,7 @@ SOURCE = frozenset(_native.SOURCE_OPTIONS)
 _NATIVE_LOAD = frozenset(
     {"verify_hash", "concurrency", "part_size_bytes", "throughput_target_gbps", "encryption"}
 )
-_PATHS = frozenset({"s3_config_path", "ca_bundle", "gcs_service_account"})
+_PATHS = frozenset({"s3_config_path", "ca_bundle", "gcs_service_account", "cache_dir"})
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,9 @@ class LoadStats:
     and waiting for device copies). The staging ring fetches while it
     copies, so the phases can add up to more than ``seconds``.
     ``bytes_received``: bytes a cooperative load received from the other
-    ranks of its group (``bytes_fetched`` counts the store's alone)."""
+    ranks of its group (``bytes_fetched`` counts the store's alone).
+    ``bytes_from_cache``: bytes read from the node's cache (``cache_dir``)
+    instead of the store (not in ``bytes_fetched`` either)."""
 
     bytes_fetched: int = 0
     bytes_wanted: int = 0
@@ -81,6 +83,7 @@ class LoadStats:
     fetch_seconds: float = 0.0
     copy_seconds: float = 0.0
     bytes_received: int = 0
+    bytes_from_cache: int = 0
 
     @classmethod
     def of_native(cls, raw: Mapping[str, float]) -> LoadStats:
@@ -95,6 +98,7 @@ class LoadStats:
             peak_host_bytes=int(raw.get("peak_host_bytes", 0)),
             concurrency=int(raw.get("concurrency", 0)),
             fetch_seconds=seconds,
+            bytes_from_cache=int(raw.get("bytes_from_cache", 0)),
         )
 
     def add(self, other: LoadStats, held: int = 0) -> None:
@@ -107,6 +111,7 @@ class LoadStats:
         self.bytes_staged += other.bytes_staged
         self.bytes_mapped += other.bytes_mapped
         self.bytes_received += other.bytes_received
+        self.bytes_from_cache += other.bytes_from_cache
         self.fetch_seconds += other.fetch_seconds
         self.copy_seconds += other.copy_seconds
         self.peak_host_bytes = max(self.peak_host_bytes, other.peak_host_bytes + held)

@@ -349,6 +349,12 @@ def open(  # noqa: A001
     service-account JSON file), ``gcs_anonymous`` (public buckets),
     ``gcs_endpoint`` (an emulator; else ``STORAGE_EMULATOR_HOST``); else
     ``GOOGLE_APPLICATION_CREDENTIALS`` and Google's default credentials.
+    For any remote object: ``cache_dir`` (a node-local directory that keeps
+    the bytes a load fetched, keyed by URI, ETag and size, so the next load
+    of the same object version reads them from local disk; else
+    ``FASTSHARD_CACHE_DIR``) and ``cache_max_bytes`` (the cache's size cap:
+    least recently used objects are evicted; else
+    ``FASTSHARD_CACHE_MAX_BYTES``; unset: no cap).
     Unknown options raise InvalidArgumentError.
     """
     return TensorFile(

@@ -53,6 +53,7 @@ pub async fn execute<S: PartSource + ?Sized>(
     let totals = run.all(plan.parts).await.map_err(|e| e.with_uri(uri))?;
     Ok(ExecStats {
         bytes_fetched: totals.bytes_fetched,
+        bytes_from_cache: totals.bytes_from_cache,
         requests: totals.requests,
         retries: totals.retries,
         seconds: started.elapsed().as_secs_f64(),
@@ -258,6 +259,7 @@ impl<S: PartSource + ?Sized> Run<S> {
         match res {
             Ok(s) => {
                 self.totals.bytes_fetched += s.bytes_fetched;
+                self.totals.bytes_from_cache += s.bytes_from_cache;
                 self.totals.requests += s.requests;
                 self.totals.retries += s.retries;
             }

@@ -65,6 +65,8 @@ impl std::fmt::Debug for ExecOptions {
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ExecStats {
     pub bytes_fetched: u64,
+    /// Bytes read from the node's cache instead of the store.
+    pub bytes_from_cache: u64,
     pub requests: u64,
     pub retries: u64,
     pub seconds: f64,

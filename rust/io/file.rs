@@ -15,6 +15,15 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::location::Location;
 use crate::plan::{Part, PlanOptions};
 
+/// How local files (and a remote object's cache entry, read like one)
+/// coalesce and split, and how many reads they keep in flight.
+pub const FILE_PLAN: PlanOptions = PlanOptions {
+    gap_threshold: 256 * 1024,
+    part_size: 8 * 1024 * 1024,
+    max_amplification: None,
+};
+pub const FILE_CONCURRENCY: usize = 8;
+
 /// Most iovecs one `preadv` takes (Linux's IOV_MAX).
 const MAX_IOVECS: usize = 1024;
 
@@ -147,6 +156,7 @@ impl FileSource {
         drop(scratch);
         Ok(PartStats {
             bytes_fetched: part.len(),
+            bytes_from_cache: 0,
             requests: 1,
             retries: 0,
             first_byte: None,
@@ -178,15 +188,11 @@ impl PartSource for FileSource {
     }
 
     fn plan_options(&self) -> PlanOptions {
-        PlanOptions {
-            gap_threshold: 256 * 1024,
-            part_size: 8 * 1024 * 1024,
-            max_amplification: None,
-        }
+        FILE_PLAN
     }
 
     fn default_concurrency(&self) -> usize {
-        8
+        FILE_CONCURRENCY
     }
 
     fn staging_bytes(&self, part: &Part) -> u64 {

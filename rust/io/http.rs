@@ -49,6 +49,13 @@ impl Version for Pin {
         (name == seen_name && tag(pinned) != tag(seen))
             .then(|| (format!("{what} {pinned}"), format!("{what} {seen}")))
     }
+
+    fn cache_tag(&self) -> Option<String> {
+        match &self.0 {
+            Some((name, tag)) if *name == IF_MATCH && !tag.starts_with("W/") => Some(tag.clone()),
+            _ => None,
+        }
+    }
 }
 
 pub struct HttpSource {

@@ -55,6 +55,7 @@ impl PartSource for MockSource {
                 }
                 Ok(PartStats {
                     bytes_fetched: part.len(),
+                    bytes_from_cache: 0,
                     requests: 1,
                     retries: 0,
                     first_byte: Some(self.delay),

@@ -2,6 +2,8 @@
 //! the size of the object (discovery), and "fetch this planned part into its
 //! destinations". Everything else (format, planning, hashing) is shared.
 
+pub mod cache;
+mod cached;
 mod capped;
 mod content_range;
 mod dns;
@@ -65,6 +67,9 @@ pub struct PartStats {
     /// (a network response; a file read has no such wait): with the whole
     /// part's time, it tells what a request costs beside its bytes.
     pub first_byte: Option<std::time::Duration>,
+    /// Bytes read from the node's cache instead of the store (not counted
+    /// in `bytes_fetched`, which is the store's alone).
+    pub bytes_from_cache: u64,
 }
 
 /// What the executor needs of a source: fetching a planned part into its
@@ -146,6 +151,13 @@ pub trait RangeSource: PartSource {
     fn local_file(&self) -> Option<&std::fs::File> {
         None
     }
+
+    /// The version of the object pinned at discovery, as a cache keys it
+    /// (a strong ETag); `None` before discovery, for local files, and where
+    /// the store states none a cache could trust.
+    fn version(&self) -> Option<String> {
+        None
+    }
 }
 
 #[cfg(feature = "gcs")]
@@ -167,12 +179,17 @@ pub struct SourceOptions {
     pub retry: RetryPolicy,
     /// Time budget of each load from this source, counted from its start.
     pub deadline: Option<std::time::Duration>,
+    /// The node's cache of remote objects (else `FASTSHARD_CACHE_DIR`), and
+    /// its size cap (else `FASTSHARD_CACHE_MAX_BYTES`); see `cache`.
+    pub cache_dir: Option<std::path::PathBuf>,
+    pub cache_max_bytes: Option<u64>,
 }
 
-/// Opens the source a location names.
+/// Opens the source a location names: a remote one behind the node's
+/// cache when one is set (local files are read as they are).
 pub async fn open_source(loc: &Location, opts: &SourceOptions) -> Result<Arc<dyn RangeSource>> {
-    Ok(match loc.kind() {
-        Kind::File => Arc::new(FileSource::open(loc)?),
+    let source: Arc<dyn RangeSource> = match loc.kind() {
+        Kind::File => return Ok(Arc::new(FileSource::open(loc)?)),
         Kind::S3 => Arc::new(S3Source::open(loc, &opts.s3, opts.retry).await?),
         Kind::Gcs => open_gcs(loc, opts)?,
         Kind::Http => Arc::new(HttpSource::open(
@@ -180,5 +197,17 @@ pub async fn open_source(loc: &Location, opts: &SourceOptions) -> Result<Arc<dyn
             opts.retry,
             opts.s3.ca_bundle.as_deref(),
         )?),
-    })
+    };
+    let Some(cache) = cache::CacheOptions::resolve(opts.cache_dir.clone(), opts.cache_max_bytes)?
+    else {
+        return Ok(source);
+    };
+    // The same bucket and key on another endpoint is another object.
+    let endpoint = match loc.kind() {
+        Kind::S3 => opts.s3.endpoint.as_deref(),
+        Kind::Gcs => opts.gcs.endpoint.as_deref(),
+        Kind::File | Kind::Http => None,
+    };
+    let identity = format!("{} {}", loc.display(), endpoint.unwrap_or(""));
+    Ok(Arc::new(cached::CachedSource::new(source, cache, identity)))
 }

@@ -54,6 +54,11 @@ pub trait Version: Send + Sync {
     /// object than `self`; `None` when they agree or cannot be compared
     /// (a response that carries no version at all).
     fn differs(&self, seen: &Self) -> Option<(String, String)>;
+
+    /// The version as a cache may key the object's bytes by: a strong
+    /// ETag; `None` where the version cannot promise the same bytes (none
+    /// stated, a weak ETag, a date).
+    fn cache_tag(&self) -> Option<String>;
 }
 
 impl<V: Version> Remote<V> {
@@ -88,6 +93,10 @@ impl Version for ETag {
             }
             _ => None,
         }
+    }
+
+    fn cache_tag(&self) -> Option<String> {
+        self.0.clone().filter(|t| !t.starts_with("W/"))
     }
 }
 
@@ -217,6 +226,10 @@ impl<T: RangedObject> RangeSource for T {
                 .check_version(&got.version, offset..offset + len)?;
             exact(got.bytes, offset, len)
         })
+    }
+
+    fn version(&self) -> Option<String> {
+        self.remote().pinned.get().and_then(Version::cache_tag)
     }
 }
 

@@ -29,6 +29,8 @@ pub const KNOWN: &[&str] = &[
     "gcs_anonymous",
     "max_attempts",
     "deadline_seconds",
+    "cache_dir",
+    "cache_max_bytes",
 ];
 
 pub fn parse(opts: Option<&Bound<'_, PyDict>>) -> PyResult<SourceOptions> {
@@ -85,5 +87,7 @@ pub fn parse(opts: Option<&Bound<'_, PyDict>>) -> PyResult<SourceOptions> {
         out.deadline = Some(d);
     }
     out.retry = retry;
+    out.cache_dir = get::<PathBuf>(opts, "cache_dir")?;
+    out.cache_max_bytes = get::<u64>(opts, "cache_max_bytes")?;
     Ok(out)
 }

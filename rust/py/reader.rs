@@ -213,6 +213,7 @@ impl Reader {
         d.set_item("seconds", stats.seconds)?;
         d.set_item("concurrency", stats.concurrency)?;
         d.set_item("peak_host_bytes", stats.peak_host_bytes)?;
+        d.set_item("bytes_from_cache", stats.bytes_from_cache)?;
         Ok(d)
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::check::{Checks, SharedRegions};
+use super::regions::{destinations, zero_regions};
 use super::{LoadOptions, LoadStats, TensorFile};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
@@ -112,6 +113,7 @@ impl TensorFile {
             seconds: started.elapsed().as_secs_f64(),
             concurrency: exec.max_in_flight as usize,
             peak_host_bytes: header_bytes + exec.peak_staging,
+            bytes_from_cache: exec.bytes_from_cache,
         })
     }
 
@@ -378,41 +380,4 @@ fn staging_budget(max_host_bytes: Option<u64>, header_bytes: u64) -> Result<Opti
         Some(max) => Ok(Some(max - header_bytes)),
         None => Ok(None),
     }
-}
-
-/// Zero-fills the caller's regions.
-///
-/// # Safety
-/// Each `(ptr, len)` valid for writes of `len` bytes and accessed by no one
-/// else while this runs.
-unsafe fn zero_regions(dests: &[(*mut u8, usize)]) {
-    for &(ptr, len) in dests {
-        if len > 0 {
-            // SAFETY: the caller's promise, for this region.
-            unsafe { std::ptr::write_bytes(ptr, 0, len) };
-        }
-    }
-}
-
-/// Two slots per tensor, its record header then its data, in selection
-/// order (`Slot` numbers them so).
-///
-/// # Safety
-/// As `Destinations::new`: every region valid for writes and untouched by
-/// anyone else until the load's reads have finished.
-unsafe fn destinations(headers: &mut [Vec<u8>], dests: &[(*mut u8, usize)]) -> Destinations {
-    // Huge pages make faulting in fresh destinations far cheaper on most
-    // hosts, but on VMs whose host backs guest memory lazily they can be
-    // much slower the first time: measured, so opt-in.
-    let huge_pages = std::env::var("FASTSHARD_HUGE_PAGES").is_ok_and(|v| v == "1");
-    let mut slots: Vec<(*mut u8, usize)> = Vec::with_capacity(dests.len() * 2);
-    for (h, &(ptr, len)) in headers.iter_mut().zip(dests) {
-        if huge_pages {
-            crate::buffer::advise_huge_pages(ptr, len);
-        }
-        slots.push((h.as_mut_ptr(), h.len()));
-        slots.push((ptr, len));
-    }
-    // SAFETY: the caller's promise, passed on.
-    unsafe { Destinations::new(slots) }
 }

@@ -8,6 +8,7 @@ mod discover;
 mod load;
 mod mapped;
 mod open;
+mod regions;
 
 pub use mapped::MappedFile;
 
@@ -51,6 +52,9 @@ pub struct LoadStats {
     /// Host memory the load itself held at once (record headers, scratch);
     /// destination tensors are the caller's and not counted.
     pub peak_host_bytes: u64,
+    /// Bytes read from the node's cache (`SourceOptions::cache_dir`)
+    /// instead of the store; `bytes_fetched` counts the store's alone.
+    pub bytes_from_cache: u64,
 }
 
 /// One file of an opened set: where it is, its index and its size.

@@ -226,7 +226,7 @@ def _summary(plan: Plan, stats: LoadStats, seconds: float, cooperative: bool) ->
     log.info(
         "fastshard: loaded %s (%s format, %s, file rank %d of %d, TP rank %d of %d): "
         "%d bytes fetched by this rank (%.1f MiB) in %.2f s, %.2f GB/s, %d requests, %d retries, "
-        "%d bytes received from the other ranks",
+        "%d bytes from the node's cache, %d bytes received from the other ranks",
         plan.file,
         plan.format,
         route,
@@ -240,6 +240,7 @@ def _summary(plan: Plan, stats: LoadStats, seconds: float, cooperative: bool) ->
         gbps,
         stats.requests,
         stats.retries,
+        stats.bytes_from_cache,
         stats.bytes_received,
     )
 

@@ -1,0 +1,219 @@
+use super::*;
+
+fn want(tag: &str, size: u64) -> Header {
+    Header {
+        size,
+        generation: 0,
+        tag: tag.into(),
+        identity: "s3://b/k ".into(),
+    }
+}
+
+fn bytes(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + 3) as u8).collect()
+}
+
+/// Reads `[start, end)` through the entry, `None` unless every piece
+/// under it is present and checks.
+fn read(entry: &Entry, start: u64, end: u64) -> Option<Vec<u8>> {
+    let pieces: Vec<Piece> = entry
+        .with_pieces(|p| {
+            p.covers(start, end)
+                .then(|| p.overlapping(start, end).copied().collect())
+        })
+        .unwrap()?;
+    let mut out = Vec::new();
+    for piece in pieces {
+        let mut buf = vec![0u8; (piece.end - piece.start) as usize];
+        if !entry.read_verified(&piece, &mut [&mut buf[..]]).unwrap() {
+            return None;
+        }
+        out.extend_from_slice(&buf);
+    }
+    let skip = (start
+        - entry
+            .with_pieces(|p| p.overlapping(start, end).next().unwrap().start)
+            .unwrap()) as usize;
+    Some(out[skip..skip + (end - start) as usize].to_vec())
+}
+
+#[test]
+fn stored_spans_are_read_back_by_another_opener_and_split_at_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let size = 2 * BLOCK + 100;
+    let data = bytes(size as usize);
+    let a = Entry::open(dir.path(), "k", &want("v1", size))
+        .unwrap()
+        .unwrap();
+    // Two segments that follow each other: one span across a block edge.
+    let (x, y) = (BLOCK - 10, BLOCK + 30);
+    let span = Span {
+        start: x,
+        bufs: vec![
+            &data[x as usize..BLOCK as usize],
+            &data[BLOCK as usize..y as usize],
+        ],
+    };
+    assert_eq!(a.store(&[span]).unwrap(), 40);
+    assert_eq!(
+        a.with_pieces(|p| p.overlapping(0, size).count()).unwrap(),
+        2
+    );
+    let b = Entry::open(dir.path(), "k", &want("v1", size))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        read(&b, x + 5, y).unwrap(),
+        &data[x as usize + 5..y as usize]
+    );
+    assert!(read(&b, 0, x + 1).is_none());
+    // What is already there is not written again.
+    let again = Span {
+        start: 0,
+        bufs: vec![&data[..y as usize + 10]],
+    };
+    assert_eq!(b.store(&[again]).unwrap(), x + 10);
+    // The first opener sees the second's records.
+    assert_eq!(read(&a, 0, y + 10).unwrap(), &data[..y as usize + 10]);
+}
+
+#[test]
+fn corrupt_or_truncated_data_fails_its_check_and_a_dropped_piece_is_refilled() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = bytes(1000);
+    let e = Entry::open(dir.path(), "k", &want("v1", 1000))
+        .unwrap()
+        .unwrap();
+    e.store(&[Span {
+        start: 0,
+        bufs: vec![&data],
+    }])
+    .unwrap();
+    let data_file = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|d| d.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "data"))
+        .unwrap();
+    let f = OpenOptions::new().write(true).open(&data_file).unwrap();
+    f.write_all_at(&[0xFF], 500).unwrap();
+    let piece = e
+        .with_pieces(|p| *p.overlapping(0, 1).next().unwrap())
+        .unwrap();
+    let mut buf = vec![0u8; 1000];
+    assert!(!e.read_verified(&piece, &mut [&mut buf[..]]).unwrap());
+    e.drop_piece(&piece).unwrap();
+    assert!(read(&e, 0, 1000).is_none());
+    e.store(&[Span {
+        start: 0,
+        bufs: vec![&data],
+    }])
+    .unwrap();
+    assert_eq!(read(&e, 0, 1000).unwrap(), data);
+    f.set_len(600).unwrap();
+    assert!(
+        read(&e, 0, 1000).is_none(),
+        "a truncated data file is short"
+    );
+}
+
+#[test]
+fn a_new_version_replaces_the_entry_unless_the_old_one_is_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = bytes(100);
+    let old = Entry::open(dir.path(), "k", &want("v1", 100))
+        .unwrap()
+        .unwrap();
+    old.store(&[Span {
+        start: 0,
+        bufs: vec![&data],
+    }])
+    .unwrap();
+    // Another process holds v1 open: v2 is not cached meanwhile.
+    assert!(Entry::open(dir.path(), "k", &want("v2", 100))
+        .unwrap()
+        .is_none());
+    drop(old);
+    let new = Entry::open(dir.path(), "k", &want("v2", 100))
+        .unwrap()
+        .unwrap();
+    assert!(
+        read(&new, 0, 100).is_none(),
+        "nothing of v1 is served as v2"
+    );
+    let files = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(files, 3, "lock, manifest and the new data file only");
+    drop(new);
+    let v1 = Entry::open(dir.path(), "k", &want("v1", 100))
+        .unwrap()
+        .unwrap();
+    assert!(read(&v1, 0, 1).is_none());
+}
+
+#[test]
+fn a_torn_manifest_or_missing_data_file_makes_a_fresh_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = bytes(100);
+    let e = Entry::open(dir.path(), "k", &want("v1", 100))
+        .unwrap()
+        .unwrap();
+    e.store(&[Span {
+        start: 0,
+        bufs: vec![&data],
+    }])
+    .unwrap();
+    drop(e);
+    let manifest = dir.path().join("k.manifest");
+    let len = std::fs::metadata(&manifest).unwrap().len();
+    let f = OpenOptions::new().write(true).open(&manifest).unwrap();
+    f.set_len(len - 3).unwrap();
+    let e = Entry::open(dir.path(), "k", &want("v1", 100))
+        .unwrap()
+        .unwrap();
+    assert!(read(&e, 0, 100).is_none(), "the torn record is not trusted");
+    drop(e);
+    f.set_len(10).unwrap();
+    let e = Entry::open(dir.path(), "k", &want("v1", 100))
+        .unwrap()
+        .unwrap();
+    e.store(&[Span {
+        start: 0,
+        bufs: vec![&data],
+    }])
+    .unwrap();
+    assert_eq!(read(&e, 0, 100).unwrap(), data);
+}
+
+#[test]
+fn writers_on_many_threads_leave_one_consistent_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let size = 3 * BLOCK;
+    let data = bytes(size as usize);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (dir, data) = (dir.path(), &data);
+            s.spawn(move || {
+                let e = Entry::open(dir, "k", &want("v1", size)).unwrap().unwrap();
+                for i in 0..6 {
+                    let start = ((t + i) % 6) * (size / 6);
+                    let end = start + size / 6;
+                    let span = Span {
+                        start,
+                        bufs: vec![&data[start as usize..end as usize]],
+                    };
+                    e.store(&[span]).unwrap();
+                }
+            });
+        }
+    });
+    let e = Entry::open(dir.path(), "k", &want("v1", size))
+        .unwrap()
+        .unwrap();
+    assert_eq!(read(&e, 0, size).unwrap(), data);
+    let records = std::fs::metadata(dir.path().join("k.manifest"))
+        .unwrap()
+        .len();
+    assert!(
+        records < 200,
+        "ranges are listed once each, not once per writer"
+    );
+}
