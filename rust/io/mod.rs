@@ -4,6 +4,7 @@
 
 mod capped;
 mod content_range;
+mod direct;
 mod dns;
 mod file;
 pub mod gcs;
