@@ -43,17 +43,18 @@ pub struct Conn {
 /// A kept connection to `host:port` that still looks open, or a new one.
 pub async fn checkout(host: &Host, port: u16, reuse: bool) -> Result<Conn> {
     let pools = pools();
-    while reuse {
-        let kept = {
-            let mut idle = pools.idle.lock().unwrap_or_else(|p| p.into_inner());
-            idle.get_mut(&(host.clone(), port)).and_then(Vec::pop)
-        };
-        let Some(stream) = kept else { break };
-        if looks_open(&stream) {
-            return Ok(Conn {
-                stream,
-                reused: true,
-            });
+    let kept = || {
+        let mut idle = pools.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.get_mut(&(host.clone(), port)).and_then(Vec::pop)
+    };
+    if reuse {
+        while let Some(stream) = kept() {
+            if looks_open(&stream) {
+                return Ok(Conn {
+                    stream,
+                    reused: true,
+                });
+            }
         }
     }
     let stream = connect(&pools.dns, host, port).await?;
