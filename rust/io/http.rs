@@ -2,11 +2,12 @@
 //! through reqwest. Query strings are never shown in errors, since a
 //! presigned URL's signature is a credential.
 
-use reqwest::header::{CONTENT_RANGE, ETAG, IF_MATCH, LAST_MODIFIED, RANGE};
+use reqwest::header::{HeaderMap, HeaderName, CONTENT_RANGE, ETAG, IF_MATCH, LAST_MODIFIED, RANGE};
 use reqwest::StatusCode;
 
 use super::capped::CappedBody;
 use super::content_range;
+use super::direct::{Direct, Outcome};
 use super::http_client::ClientSpec;
 use super::ranged::{Fetched, RangedObject, Remote, Version};
 use super::retry::RetryPolicy;
@@ -61,6 +62,9 @@ impl Version for Pin {
 pub struct HttpSource {
     url: String,
     client: ClientSpec,
+    /// Reads part bodies into their destinations without reqwest, where
+    /// the URL allows (`Direct::for_url`).
+    direct: Option<Direct>,
     /// Its version: the `If-Match` (ETag) or `If-Unmodified-Since` pin
     /// learned at discovery.
     remote: Remote<Pin>,
@@ -77,6 +81,7 @@ impl HttpSource {
         Ok(HttpSource {
             url: url.to_string(),
             client,
+            direct: Direct::for_url(url),
             remote: Remote::new(shown, policy),
         })
     }
@@ -107,15 +112,47 @@ impl HttpSource {
             .map_err(|e| e.with_uri(&self.remote.shown))
     }
 
-    fn request(&self, start: u64, end: u64) -> Result<reqwest::RequestBuilder> {
-        let mut req = self
-            .client()?
-            .get(&self.url)
-            .header(RANGE, format!("bytes={}-{}", start, end - 1));
+    /// The Range of a request for `[start, end)`, and the condition that
+    /// pins the version discovery saw.
+    fn headers(&self, start: u64, end: u64) -> Vec<(HeaderName, String)> {
+        let mut headers = vec![(RANGE, format!("bytes={}-{}", start, end - 1))];
         if let Some(Pin(Some((name, value)))) = self.remote.pinned.get() {
-            req = req.header(name.clone(), value.as_str());
+            headers.push((name.clone(), value.clone()));
+        }
+        headers
+    }
+
+    fn request(&self, start: u64, end: u64) -> Result<reqwest::RequestBuilder> {
+        let mut req = self.client()?.get(&self.url);
+        for (name, value) in self.headers(start, end) {
+            req = req.header(name, value);
         }
         Ok(req)
+    }
+
+    /// What a streamed answer to `[start, end)` must be, whichever client
+    /// read it: 206 with that Content-Range (or 200 from the object's
+    /// start) and the pinned version.
+    fn check_answer(
+        &self,
+        status: StatusCode,
+        headers: &HeaderMap,
+        start: u64,
+        end: u64,
+    ) -> Result<()> {
+        let partial = status == StatusCode::PARTIAL_CONTENT;
+        if !partial && status != StatusCode::OK {
+            return Err(status_error(status).with_range(start..end));
+        }
+        if !partial && start != 0 {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "the server ignores Range requests; fastshard needs ranged reads",
+            ));
+        }
+        let range = headers.get(CONTENT_RANGE).and_then(|v| v.to_str().ok());
+        content_range::check(range, partial, start, end)?;
+        self.remote.check_version(&Pin::of(headers), start..end)
     }
 
     async fn send(&self, start: u64, end: u64) -> Result<reqwest::Response> {
@@ -229,21 +266,20 @@ impl RangedObject for HttpSource {
     }
 
     async fn stream(&self, start: u64, end: u64, sink: &mut PartSink<'_>) -> Result<()> {
-        let mut resp = self.send(start, end).await?;
-        if resp.status() == StatusCode::OK && start != 0 {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                "the server ignores Range requests; fastshard needs ranged reads",
-            ));
+        if let Some(direct) = self.direct.as_ref().filter(|d| d.active()) {
+            let check =
+                |status, headers: &HeaderMap| self.check_answer(status, headers, start, end);
+            let headers = self.headers(start, end);
+            let outcome = direct
+                .stream(&headers, sink, &check)
+                .await
+                .map_err(|e| e.with_range(start..end))?;
+            if outcome == Outcome::Done {
+                return Ok(());
+            }
         }
-        let range = resp
-            .headers()
-            .get(CONTENT_RANGE)
-            .and_then(|v| v.to_str().ok());
-        let partial = resp.status() == StatusCode::PARTIAL_CONTENT;
-        content_range::check(range, partial, start, end)?;
-        self.remote
-            .check_version(&Pin::of(resp.headers()), start..end)?;
+        let mut resp = self.send(start, end).await?;
+        self.check_answer(resp.status(), resp.headers(), start, end)?;
         while let Some(chunk) = resp
             .chunk()
             .await

@@ -19,6 +19,12 @@ pub struct ClientSpec {
     ca: Option<(Arc<Vec<u8>>, [u8; 32])>,
 }
 
+/// How long a connection may take to open, and a response to send its next
+/// bytes, before the request counts as failed (the reqwest client and the
+/// direct reader alike).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 type Clients = Arc<Mutex<HashMap<Option<[u8; 32]>, Arc<reqwest::Client>>>>;
 
 static CLIENTS: PerProcess<Clients> = PerProcess::new();
@@ -54,8 +60,8 @@ impl ClientSpec {
 
     fn build(&self) -> Result<reqwest::Client> {
         let mut builder = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(5))
-            .read_timeout(Duration::from_secs(30))
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
             // Keep every connection an adaptive load may open for its next
             // round: reconnecting costs a handshake where it hurts most.
             .pool_max_idle_per_host(super::sink::NETWORK_MAX_CONCURRENCY)

@@ -6,6 +6,7 @@ pub mod cache;
 mod cached;
 mod capped;
 mod content_range;
+mod direct;
 mod dns;
 mod file;
 pub mod gcs;

@@ -45,6 +45,45 @@ impl<'a> PartSink<'a> {
         self.part.end - self.pos
     }
 
+    /// Where the next bytes of the part go, for a reader that reads them
+    /// there itself (`io::direct`): the rest of the current segment, or in
+    /// a gap a prefix of `scratch`, whose bytes are dropped. At most
+    /// `max` bytes and never past the part; empty once the part is done.
+    /// Say how many landed with [`Self::advance`].
+    pub fn next_buf<'s>(&'s mut self, scratch: &'s mut [u8], max: u64) -> Result<&'s mut [u8]> {
+        self.cancel.check()?;
+        let max = max.min(self.remaining());
+        let Some(seg) = self.part.segments.get(self.seg) else {
+            let n = max.min(scratch.len() as u64) as usize;
+            return Ok(&mut scratch[..n]);
+        };
+        if self.pos < seg.offset {
+            let n = (seg.offset - self.pos).min(max).min(scratch.len() as u64) as usize;
+            return Ok(&mut scratch[..n]);
+        }
+        let into = (self.pos - seg.offset) as usize;
+        let n = (seg.end() - self.pos).min(max) as usize;
+        // SAFETY: a part is fetched by one task at a time, so this segment's
+        // memory has no other live reference; the slice returned borrows
+        // `self` mutably, so no second one can be made until it is dropped.
+        let dst = unsafe { self.dest.segment_mut(seg)? };
+        Ok(&mut dst[into..into + n])
+    }
+
+    /// Counts `n` bytes as placed where the last [`Self::next_buf`] said.
+    pub fn advance(&mut self, n: usize) {
+        if n > 0 && self.first_byte.is_none() {
+            self.first_byte = Some(Instant::now());
+        }
+        self.pos += n as u64;
+        while let Some(seg) = self.part.segments.get(self.seg) {
+            if self.pos < seg.end() {
+                break;
+            }
+            self.seg += 1;
+        }
+    }
+
     pub fn write(&mut self, mut chunk: &[u8]) -> Result<()> {
         self.cancel.check()?;
         if self.first_byte.is_none() && !chunk.is_empty() {
@@ -187,6 +226,60 @@ mod tests {
         }
         assert_eq!(sink.remaining(), 0);
         assert!(sink.write(&[1]).is_err());
+        drop(dest);
+        assert_eq!(a, vec![10, 11, 12, 13, 14]);
+        assert_eq!(b, vec![0, 0, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29]);
+    }
+
+    #[test]
+    fn reads_land_in_segments_and_gaps_in_scratch() {
+        let part = Part {
+            start: 10,
+            end: 30,
+            segments: vec![
+                Segment {
+                    offset: 10,
+                    len: 5,
+                    slot: 0,
+                    slot_offset: 0,
+                },
+                Segment {
+                    offset: 20,
+                    len: 10,
+                    slot: 1,
+                    slot_offset: 2,
+                },
+            ],
+            run: 0,
+        };
+        let mut a = vec![0u8; 5];
+        let mut b = vec![0u8; 12];
+        // SAFETY: `a` and `b` outlive the sink and are untouched meanwhile.
+        let dest = unsafe {
+            Destinations::new(vec![(a.as_mut_ptr(), a.len()), (b.as_mut_ptr(), b.len())])
+        };
+        let cancel = CancelToken::new();
+        let mut sink = PartSink::new(&part, &dest, &cancel);
+        let mut scratch = [0u8; 3];
+        let mut lens = Vec::new();
+        // A reader that fills at most 4 bytes of each buffer it is given.
+        loop {
+            let at = sink.position();
+            let buf = sink.next_buf(&mut scratch, 4).unwrap();
+            if buf.is_empty() {
+                break;
+            }
+            let n = buf.len().min(4);
+            for (i, byte) in buf[..n].iter_mut().enumerate() {
+                *byte = (at + i as u64) as u8;
+            }
+            lens.push(n);
+            sink.advance(n);
+        }
+        assert_eq!(sink.remaining(), 0);
+        assert!(sink.first_byte().is_some());
+        // 10..14, 14..15, gap 15..18 and 18..20 in scratch, then 20..30.
+        assert_eq!(lens, vec![4, 1, 3, 2, 4, 4, 2]);
         drop(dest);
         assert_eq!(a, vec![10, 11, 12, 13, 14]);
         assert_eq!(b, vec![0, 0, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29]);
