@@ -36,6 +36,10 @@ def engine_env(endpoint: str, access_key: str, secret_key: str, cache: Path) -> 
         "DO_NOT_TRACK": "1",
         "VLLM_CACHE_ROOT": str(cache / "vllm"),
         "FASTSHARD_CACHE_DIR": str(cache / "fastshard"),
+        # That root also turns on the node's cache of weights; these engines
+        # are here to measure and check loads from the store, so a cap of 0
+        # keeps every object out of it.
+        "FASTSHARD_CACHE_MAX_BYTES": "0",
         "S3_ENDPOINT_URL": endpoint,
         "S3_ACCESS_KEY_ID": access_key,
         "S3_SECRET_ACCESS_KEY": secret_key,
