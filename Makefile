@@ -26,10 +26,16 @@ export TRANSFORMERS_OFFLINE := 1
 # test binaries built with the "python" feature still link and run as long as
 # no Rust test calls into the interpreter. None should: the bindings are
 # exercised from Python by pytest, and the core is tested without Python at all
-# (`cargo test --no-default-features`).
+# (`cargo test $(CORE)`).
 PYO3_ENV = PYO3_PYTHON=$(PY) PYO3_BUILD_EXTENSION_MODULE=1 \
 	PYO3_ENVIRONMENT_SIGNATURE=$$($(PY) -c 'import platform, sys; \
 	print(f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}-{platform.architecture()[0]}")')
+
+# The core: every feature but "python". gcs stays on because turning it off
+# changes the features of shared dependencies (serde, syn, futures-util), and
+# cargo would rebuild aws-sdk and the whole HTTP stack for the core's tests and
+# clippy run instead of reusing what `maturin develop` built (minutes in CI).
+CORE = --no-default-features --features gcs
 
 BENCH_ARGS ?=
 DEMO_ARGS ?=
@@ -61,9 +67,11 @@ develop-demo: ## What the demos use only (requirements-demo.txt) + optimised bui
 
 test: develop lint test-rust test-py ## Everything CI runs: build, lint, Rust tests, pytest
 
-test-rust: develop ## cargo test: the core without Python, then with the "python" feature compiled in, then FUZZ_SECONDS of parser fuzzing
-	@$(TIMED) cargo-test-core $(CARGO) test --no-default-features
-	@$(TIMED) cargo-test-python-feature env $(PYO3_ENV) $(CARGO) test
+# The integration tests (tests/*.rs) never touch the python feature, so they
+# run once, in the core build; the library's tests run in both builds.
+test-rust: develop ## cargo test: the core without Python, then the library's tests with the "python" feature compiled in, then FUZZ_SECONDS of parser fuzzing
+	@$(TIMED) cargo-test-core $(CARGO) test $(CORE)
+	@$(TIMED) cargo-test-python-feature env $(PYO3_ENV) $(CARGO) test --lib
 	@$(MAKE) --no-print-directory fuzz
 
 # The stable, time-bounded mutation fuzzer over fuzz/seeds (the same
@@ -71,16 +79,17 @@ test-rust: develop ## cargo test: the core without Python, then with the "python
 # written to fuzz/regressions/, which every `cargo test` replays.
 FUZZ_SECONDS ?= 2
 fuzz: setup ## Parser fuzzing for FUZZ_SECONDS (CI: 60); crashes are kept in fuzz/regressions/
-	@$(TIMED) fuzz env FASTSHARD_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test --no-default-features \
+	@$(TIMED) fuzz env FASTSHARD_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test $(CORE) \
 		--lib format::fuzz_tests::mutated -- --nocapture
 
 # With FASTSHARD_CI_DEADLINE (epoch seconds; .ci/run sets it) pytest gets SIGINT
 # at that time, so it still prints which tests failed before CI's own limit hits.
+# --durations lists the slowest tests, so the CI log says where its time goes.
 test-py: develop ## pytest -q, each test limited to PYTEST_TIMEOUT s (exit 5, "no tests ran", fails)
 	@deadline=(); if [[ -n "$${FASTSHARD_CI_DEADLINE:-}" ]]; then \
 		left=$$(( FASTSHARD_CI_DEADLINE - $$(date +%s) )); \
 		deadline=(timeout -s INT -k 120 $$(( left > 1 ? left : 1 ))); fi; \
-	$(TIMED) pytest "$${deadline[@]}" $(PY) -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS) || { rc=$$?; \
+	$(TIMED) pytest "$${deadline[@]}" $(PY) -m pytest -q --durations=25 --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS) || { rc=$$?; \
 		if [[ $$rc == 5 ]]; then echo "error: pytest ran no tests (exit 5)" >&2; fi; exit $$rc; }
 
 test-vllm033: develop ## The plugin-contract tests against vLLM 0.33.0, in .venv-vllm033 (scripts/vllm033.sh; ~4.6 GB once)
@@ -107,7 +116,7 @@ layers: setup ## scripts/check_layers.py: no Python import cycle, no two Rust to
 	@$(TIMED) layers $(PY) scripts/check_layers.py
 
 clippy: setup ## cargo clippy -D warnings, with and without the "python" feature
-	@$(TIMED) clippy-core $(CARGO) clippy --all-targets --no-default-features -- -D warnings
+	@$(TIMED) clippy-core $(CARGO) clippy --all-targets $(CORE) -- -D warnings
 	@$(TIMED) clippy-python-feature env $(PYO3_ENV) $(CARGO) clippy --all-targets -- -D warnings
 
 fmt: setup ## Reformat Rust and Python sources in place

@@ -54,7 +54,8 @@ def installed(loader: str) -> bool:
 def test_bench_measures_every_installed_loader_on_every_source(tmp_path: Path) -> None:
     require_binary("weed")  # fails under CI when missing, like the other server tests
     require_binary("nginx", "/usr/sbin/nginx")
-    done = bench(tmp_path, "--size", "64MiB", "--repeat", "1")
+    # No warm-up round and a two-point sweep: the harness's mechanics, in half the loads.
+    done = bench(tmp_path, "--size", "64MiB", "--repeat", "1", "--no-warmup", "--sweep", "4,16")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = json.loads((tmp_path / "results.json").read_text())
     assert isinstance(records, list)
@@ -85,7 +86,7 @@ def test_bench_measures_every_installed_loader_on_every_source(tmp_path: Path) -
 def test_bench_sharded_mode_and_a_users_own_object(tmp_path: Path) -> None:
     done = bench(
         tmp_path / "tp", "--source", "file", "--size", "16MiB", "--repeat", "1",
-        "--world-size", "2", "--loaders", "fastshard", "--sweep", "", "--no-plots",
+        "--world-size", "2", "--loaders", "fastshard", "--sweep", "", "--no-plots", "--no-warmup",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = json.loads((tmp_path / "tp" / "results.json").read_text())
@@ -99,7 +100,10 @@ def test_bench_sharded_mode_and_a_users_own_object(tmp_path: Path) -> None:
 
     own = tmp_path / "own.tensors"
     fastshard.save({f"w{i}": torch.randn(256, 256) for i in range(4)}, own)
-    done = bench(tmp_path / "own", "--uri", str(own), "--repeat", "1", "--sweep", "", "--no-plots")
+    done = bench(
+        tmp_path / "own", "--uri", str(own), "--repeat", "1", "--sweep", "", "--no-plots",
+        "--no-warmup",
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = json.loads((tmp_path / "own" / "results.json").read_text())
     assert {r["loader"] for r in records} >= {"fastshard", "ceiling"}
@@ -135,7 +139,7 @@ def test_a_missing_extra_stops_the_run_before_anything_is_measured(tmp_path: Pat
 def test_a_missing_peer_is_skipped_with_its_reason(tmp_path: Path) -> None:
     done = bench_without(
         tmp_path, "tensorizer", "--source", "file", "--size", "2MiB", "--repeat", "1",
-        "--loaders", "ceiling,fastshard,tensorizer", "--sweep", "", "--no-plots",
+        "--loaders", "ceiling,fastshard,tensorizer", "--sweep", "", "--no-plots", "--no-warmup",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "skipping tensorizer: tensorizer is not installed" in done.stdout
@@ -150,7 +154,7 @@ def test_a_missing_peer_is_skipped_with_its_reason(tmp_path: Path) -> None:
 def test_local_preset_tiny_run(tmp_path: Path) -> None:
     done = bench(
         tmp_path / "out", "--preset", "local", "--size", "4MiB", "--small-tensors", "300",
-        "--runs", "1", "--loaders", "fastshard,tensorizer,safetensors",
+        "--runs", "1", "--no-warmup", "--loaders", "fastshard,tensorizer,safetensors",
         "--scratch", str(tmp_path / "scratch"),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

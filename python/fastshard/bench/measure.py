@@ -5,6 +5,7 @@ it); the RSS of one load sampled over time; the CPU the server spent on it."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -188,6 +189,14 @@ def line(tag: str, case: Case, res: dict[str, Any]) -> str:
     if res.get("server_cpu_seconds") is not None:
         text += f", server {res['server_cpu_seconds']:5.2f} s"
     return text
+
+
+def add_warmup_flag(p: argparse.ArgumentParser) -> None:
+    """``--no-warmup``: skip the uncounted first round (the tests of the
+    harness, and a user who measures cold starts on purpose)."""
+    p.add_argument(
+        "--no-warmup", dest="warmup", action="store_false", help="no uncounted warm-up round"
+    )
 
 
 def rounds(

@@ -77,6 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "its dim-0 slices (loader 'fastshard-tpN'; default: 1, off)",
     )
     p.add_argument("--repeat", type=int, default=3, help="measured rounds (default: 3)")
+    measure.add_warmup_flag(p)
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="output folder")
     p.add_argument(
         "--uri",
@@ -204,7 +205,7 @@ def _measure(
         cases = _cases(srcs, wanted, expect, args.world_size)
         first = srcs[0].name
         sample = {(first, n) for n in ("fastshard", "tensorizer", "safetensors", "runai")}
-        results = measure.rounds(cases, args.repeat, args.seed, sample)
+        results = measure.rounds(cases, args.repeat, args.seed, sample, warmup=args.warmup)
         remote = [s for s in srcs if s.name != "file"] or srcs
         values = [int(x) for x in args.sweep.split(",") if x.strip()]
         sweep = _sweep(remote[0], values, print) if values and remote else ({}, [])

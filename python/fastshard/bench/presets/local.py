@@ -37,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", default="large,small", help="comma-separated: large,small")
     p.add_argument("--loaders", default=",".join(LOADERS), help="comma-separated loader names")
     p.add_argument("--runs", type=int, default=5, help="measured rounds after the warm-up")
+    measure.add_warmup_flag(p)
     p.add_argument("--size", type=size_arg, default=GiB, help="the large case (default 1GiB)")
     p.add_argument("--small-tensors", type=int, default=10_000, help="the small case's count")
     p.add_argument("--seed", type=int, default=0)
@@ -82,7 +83,7 @@ def _case(name: str, args: argparse.Namespace, loaders: list[str]) -> dict[str, 
         _warm(path)
         spec = {"loader": loader, "uri": str(path), "path": str(path), "no_thp": args.no_thp}
         cases.append(measure.Case(name, loader, spec, expect))
-    results = measure.rounds(cases, args.runs, args.seed)
+    results = measure.rounds(cases, args.runs, args.seed, warmup=args.warmup)
     return {"results": results, "objects": objects, "model_bytes": model_bytes}
 
 

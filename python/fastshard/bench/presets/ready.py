@@ -34,7 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .. import deps, sources
+from .. import deps, measure, sources
 from ..params import BENCH_DIR, add_out
 from ..served import BIN, Served, engine_env
 
@@ -166,9 +166,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--only", default="", help="rows to run, e.g. local:fastshard,s3:fastshard")
-    p.add_argument(
-        "--no-warmup", dest="warmup", action="store_false", help="no uncounted first start"
-    )
+    measure.add_warmup_flag(p)
     add_out(p, str(BENCH_DIR / "ready"))
 
 

@@ -46,6 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated: file,s3,tp")
     p.add_argument("--size", type=size_arg, default=GiB, help="tensor bytes (default 1GiB)")
     p.add_argument("--runs", type=int, default=3, help="measured rounds after the warm-up")
+    measure.add_warmup_flag(p)
     p.add_argument("--shards", type=int, default=8, help="files of the HF repo (tp case)")
     p.add_argument("--world-size", type=int, default=4, help="ranks of the tp case")
     p.add_argument("--seed", type=int, default=0)
@@ -148,7 +149,7 @@ def _measure(args: argparse.Namespace, cases: list[str], skipped: dict[str, str]
             del sd
             gc.collect()
             print(f"\n## loaders ({len(todo)}), alternating order", flush=True)
-            return measure.rounds(todo, args.runs, args.seed)
+            return measure.rounds(todo, args.runs, args.seed, warmup=args.warmup)
     finally:
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(folder, ignore_errors=True)
