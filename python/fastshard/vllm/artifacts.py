@@ -90,7 +90,7 @@ def model_directory(model: str, revision: str | None = None) -> Path:
 
 def copy_artifacts(source: Path, dest_dir: str, opts: dict[str, Any]) -> list[str]:
     """Copy the artifacts at the top of ``source`` into ``dest_dir`` (a local
-    directory or an ``s3://`` prefix, ending in "/") and write the index
+    directory or a prefix fastshard can write to, ending in "/") and write the index
     listing them; returns their names."""
     names = artifact_names([p.name for p in source.iterdir() if p.is_file()])
     files = []

@@ -1,5 +1,5 @@
 """``vllm serve s3://bucket/prefix --load-format tensorizer`` (or
-``fastshard``): the seed's own command.
+``fastshard``): the seed's own command; ``gs://bucket/prefix`` the same way.
 
 vLLM 0.32 and 0.33 accept object-storage model paths only for Run:ai's and
 ModelExpress's formats: ``ModelConfig`` pulls config and tokenizer through
@@ -38,10 +38,12 @@ from .config import parse_extra_config
 
 log = logging.getLogger("vllm.fastshard")
 
-# Only s3:// is redirected: vLLM's engine arguments resolve any other URL as
-# a Hugging Face repo (its speculator check, its offline mode) before a model
-# config is made, so http(s):// prefixes go through `fastshard serve` instead.
-REMOTE_KINDS = ("s3",)
+# The object-storage schemes vLLM's engine arguments leave alone until the
+# model config is made (its is_cloud_storage) that fastshard also reads.
+# vLLM resolves any other URL as a Hugging Face repo (its speculator check,
+# its offline mode) before that, so http(s):// prefixes go through
+# `fastshard serve` instead; az:// has no fastshard client yet.
+REMOTE_KINDS = ("s3", "gs")
 TESTED_VERSIONS = ("0.32", "0.33")
 _PATCHED = "__fastshard_remote_model__"
 # EngineArgs fields the rewrite reads and sets.
@@ -127,7 +129,7 @@ def install(formats: Callable[[], list[str]]) -> bool:
     original = getattr(engine_args, "create_model_config", None)
     if original is None:
         log.warning(
-            "fastshard: vLLM %s has no EngineArgs.create_model_config: s3:// "
+            "fastshard: vLLM %s has no EngineArgs.create_model_config: s3:// and gs:// "
             "model paths are left to vLLM, which refuses them for tensorizer and fastshard; "
             "use `fastshard serve URI` (tested with vLLM %s)",
             vllm_version(),
