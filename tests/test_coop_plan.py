@@ -99,12 +99,14 @@ def test_a_scalar_travels_whole() -> None:
     assert out.item() == 3.5
 
 
-def test_only_tensors_every_rank_loads_whole_are_broadcast() -> None:
-    whole: cp.Wants = {0: [None], 1: [None], 2: [(0, ((0, 4),))]}
+def test_a_receiver_gets_every_piece_it_wants_replicated_ones_included() -> None:
     other: cp.Wants = {0: [None], 1: [(1, ((0, 2),))], 2: [(0, ((4, 4),))]}
-    assert cp.shared_whole([whole, other]) == {0}
     pieces = [cp.Piece(2, 0, 8, 64), cp.Piece(0, 0, 1, 10), cp.Piece(1, 0, 1, 100)]
-    (batch,) = cp.batches(pieces, 1 << 20, {0})
-    assert [p.index for p in batch] == [0, 2, 1]  # the broadcast region leads
-    assert cp.broadcast_bytes(batch, {0}) == cp.ALIGN
-    assert cp.sends(batch, other, {0}) == [(batch[1], (0, ((4, 4),))), (batch[2], (1, ((0, 2),)))]
+    (batch,) = cp.batches(pieces, 1 << 20)
+    assert batch == pieces  # the owner's order: its reads stay sequential
+    assert cp.sends(batch, other) == [
+        (pieces[0], (0, ((4, 4),))),
+        (pieces[1], None),
+        (pieces[2], (1, ((0, 2),))),
+    ]
+    assert cp.sends(batch, {}) == []
