@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from . import tp
+from ._budget import COOPERATIVE_ROUND
 from ._torch import copy
 from ._types import TensorSource
 from .errors import InvalidArgumentError
@@ -65,7 +66,8 @@ def pieces(f: TensorSource, indices: list[int], cap: int) -> list[Piece]:
         if row_bytes > cap:
             raise InvalidArgumentError(
                 f"{info.name}: one row is {row_bytes} bytes, more than a cooperative batch "
-                f"({cap} bytes: max_host_bytes / (world_size + 3), at most 32 MiB); "
+                f"({cap} bytes: max_host_bytes / (world_size + 3), at most "
+                f"{COOPERATIVE_ROUND >> 20} MiB); "
                 "raise max_host_bytes",
                 uri=f.uri,
                 tensor=info.name,

@@ -19,7 +19,7 @@ slow store the exchange hides behind the fetch. ``FASTSHARD_COOP_TRACE``
 records where each rank's time goes (``_cooptrace``).
 
 Memory: a round holds this rank's batch (``max_host_bytes / (world + 3)``
-bytes, at most 32 MiB: ``Budget.cooperative_batch``), the parts it sends, what it receives
+bytes, at most 16 MiB: ``Budget.cooperative_batch``), the parts it sends, what it receives
 (at most one batch from each peer), plus the next batch it fetches while
 the exchange runs and that fetch's own headers and scratch. Tensors larger
 than a batch travel as blocks of rows.
