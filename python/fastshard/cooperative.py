@@ -74,7 +74,9 @@ def _fetch(f: TensorSource, batch: list[cp.Piece], buf: torch.Tensor, budget: in
             _ring.Item(p.index, s, tuple(b.shape), b)
             for p, s, b in zip(batch, slices, blocks, strict=True)
         ]
-        return _ring.load(f, items, budget)
+        # It runs on the fetch thread, whose current GPU is not the rank's.
+        with torch.cuda.device(buf.device):
+            return _ring.load(f, items, budget)
     # Hash checks need whole records: only whole pieces can be verified.
     verify = f.verify_hash and all(s is None for s in slices)
     return f.fill(
