@@ -2,18 +2,22 @@
 into row blocks, and any rank's slice of it (replicated, fused dim-0 parts,
 a later dim), the part a sender cuts out of each block and the receiver
 puts back rebuild exactly the rank's slice, as the owner's own copy from the
-whole block does; the parts' sizes add up to the slice's bytes."""
+whole block does; the parts' sizes add up to the slice's bytes. Also the
+one-thread host copy those copies use, and the per-round trace."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fastshard import _coopplan as cp
-from fastshard import tp
+from fastshard import _cooptrace, _torch, tp
 from fastshard._types import TensorInfo
 
 
@@ -99,12 +103,49 @@ def test_a_scalar_travels_whole() -> None:
     assert out.item() == 3.5
 
 
-def test_only_tensors_every_rank_loads_whole_are_broadcast() -> None:
-    whole: cp.Wants = {0: [None], 1: [None], 2: [(0, ((0, 4),))]}
+def test_a_receiver_gets_every_piece_it_wants_replicated_ones_included() -> None:
     other: cp.Wants = {0: [None], 1: [(1, ((0, 2),))], 2: [(0, ((4, 4),))]}
-    assert cp.shared_whole([whole, other]) == {0}
     pieces = [cp.Piece(2, 0, 8, 64), cp.Piece(0, 0, 1, 10), cp.Piece(1, 0, 1, 100)]
-    (batch,) = cp.batches(pieces, 1 << 20, {0})
-    assert [p.index for p in batch] == [0, 2, 1]  # the broadcast region leads
-    assert cp.broadcast_bytes(batch, {0}) == cp.ALIGN
-    assert cp.sends(batch, other, {0}) == [(batch[1], (0, ((4, 4),))), (batch[2], (1, ((0, 2),)))]
+    (batch,) = cp.batches(pieces, 1 << 20)
+    assert batch == pieces  # the owner's order: its reads stay sequential
+    assert cp.sends(batch, other) == [
+        (pieces[0], (0, ((4, 4),))),
+        (pieces[1], None),
+        (pieces[2], (1, ((0, 2),))),
+    ]
+    assert cp.sends(batch, {}) == []
+
+
+def test_host_copies_match_torch_for_strided_cast_and_scalar_tensors() -> None:
+    src = torch.randn(6, 10).to(torch.bfloat16)
+    out = torch.zeros(6, 4, dtype=torch.bfloat16)
+    _torch.copy(out, src.narrow(1, 3, 4))  # one thread, bytes
+    assert torch.equal(out, src[:, 3:7])
+    wide = torch.zeros(6, 4)
+    _torch.copy(wide, src.narrow(1, 3, 4))  # a cast: torch's own copy
+    assert torch.equal(wide, src[:, 3:7].float())
+    scalar = torch.zeros(())
+    _torch.copy(scalar, torch.tensor(2.5))
+    assert scalar.item() == 2.5
+
+
+def test_the_trace_is_off_by_default_and_writes_each_rounds_phases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(_cooptrace.ENV, raising=False)
+    off = _cooptrace.Trace(0, 2)
+    with off.phase("fetch", 0):
+        pass
+    off.write()
+    assert not off.on and not off.rows
+    monkeypatch.setenv(_cooptrace.ENV, str(tmp_path))
+    trace = _cooptrace.Trace(1, 2)
+    with trace.phase("fetch", 0):
+        pass
+    trace.add("sent_bytes", 100, 0)
+    trace.add("sent_bytes", 28, 1)
+    trace.write()
+    (written,) = tmp_path.glob("coop-rank1-*.json")
+    report = json.loads(written.read_text())
+    assert report["rank"] == 1 and report["totals"]["sent_bytes"] == 128
+    assert set(report["rounds"]["0"]) == {"fetch", "sent_bytes"}

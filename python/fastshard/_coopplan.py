@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from . import tp
+from ._budget import COOPERATIVE_ROUND
+from ._torch import copy
 from ._types import TensorSource
 from .errors import InvalidArgumentError
 
@@ -64,7 +66,8 @@ def pieces(f: TensorSource, indices: list[int], cap: int) -> list[Piece]:
         if row_bytes > cap:
             raise InvalidArgumentError(
                 f"{info.name}: one row is {row_bytes} bytes, more than a cooperative batch "
-                f"({cap} bytes: max_host_bytes / (world_size + 3), at most 32 MiB); "
+                f"({cap} bytes: max_host_bytes / (world_size + 3), at most "
+                f"{COOPERATIVE_ROUND >> 20} MiB); "
                 "raise max_host_bytes",
                 uri=f.uri,
                 tensor=info.name,
@@ -89,10 +92,8 @@ def owners(all_pieces: list[Piece], world_size: int) -> list[list[Piece]]:
     return owned
 
 
-def batches(owned: list[Piece], cap: int, broadcast: set[int]) -> list[list[Piece]]:
-    """One rank's pieces in batches of at most ``cap`` bytes; in each batch
-    the pieces every rank wants whole come first, so they are one
-    contiguous region to broadcast."""
+def batches(owned: list[Piece], cap: int) -> list[list[Piece]]:
+    """One rank's pieces in batches of at most ``cap`` bytes."""
     out: list[list[Piece]] = []
     size = 0
     for p in owned:
@@ -102,7 +103,7 @@ def batches(owned: list[Piece], cap: int, broadcast: set[int]) -> list[list[Piec
         else:
             out.append([p])
             size = aligned(p.nbytes)
-    return [sorted(b, key=lambda p: p.index not in broadcast) for b in out]
+    return out
 
 
 def layout(batch: list[Piece]) -> tuple[list[int], int]:
@@ -113,23 +114,10 @@ def layout(batch: list[Piece]) -> tuple[list[int], int]:
     return offsets, at
 
 
-def broadcast_bytes(batch: list[Piece], broadcast: set[int]) -> int:
-    """The leading region of a batch that every rank wants whole."""
-    return sum(aligned(p.nbytes) for p in batch if p.index in broadcast)
-
-
-def shared_whole(wants: list[Wants]) -> set[int]:
-    """The tensors every rank loads whole and only whole (replicated)."""
-    common = set(wants[0]) if wants else set()
-    for w in wants:
-        common &= {i for i, keys in w.items() if keys == [None]}
-    return common
-
-
-def sends(batch: list[Piece], want: Wants, broadcast: set[int]) -> list[tuple[Piece, Key]]:
-    """What one receiver (its ``want``) gets from a batch point to point, in
-    the order both sides lay it out."""
-    return [(p, k) for p in batch if p.index not in broadcast for k in want.get(p.index, [])]
+def sends(batch: list[Piece], want: Wants) -> list[tuple[Piece, Key]]:
+    """What one receiver (its ``want``) gets from a batch, replicated
+    tensors included, in the order both sides lay it out."""
+    return [(p, k) for p in batch for k in want.get(p.index, [])]
 
 
 def part_bytes(f: TensorSource, piece: Piece, key: Key) -> int:
@@ -160,7 +148,7 @@ def extract(f: TensorSource, piece: Piece, raw: torch.Tensor, key: Key, out: tor
     """Copy a rank's slice ``key`` of one fetched piece (its bytes ``raw``)
     into ``out`` (``part_bytes`` bytes), in the order ``deposit`` reads."""
     if key is None:
-        out.copy_(raw)
+        copy(out, raw)
         return
     src = block(f, piece, raw)
     dim, ranges = key
@@ -171,7 +159,7 @@ def extract(f: TensorSource, piece: Piece, raw: torch.Tensor, key: Key, out: tor
             r = _rows(piece, a, n)
             if len(r):
                 part = src[r.start - piece.row0 : r.stop - piece.row0]
-                dest[at : at + part.numel()].view(part.shape).copy_(part)
+                copy(dest[at : at + part.numel()].view(part.shape), part)
                 at += part.numel()
         return
     # Later dims: the rank's local block of these rows, its ranges side by side.
@@ -180,7 +168,7 @@ def extract(f: TensorSource, piece: Piece, raw: torch.Tensor, key: Key, out: tor
     dest = out.view(src.dtype).view(shape)
     local = 0
     for a, n in ranges:
-        dest.narrow(dim, local, n).copy_(src.narrow(dim, a, n))
+        copy(dest.narrow(dim, local, n), src.narrow(dim, a, n))
         local += n
 
 
@@ -189,11 +177,11 @@ def deposit(f: TensorSource, piece: Piece, raw: torch.Tensor, key: Key, out: tor
     destination ``out`` (its whole slice of the tensor)."""
     info = f.info_at(piece.index)
     if not info.shape:
-        out.copy_(raw.view(info.dtype).reshape(()))
+        copy(out, raw.view(info.dtype).reshape(()))
         return
     r0, r1 = piece.row0, piece.row0 + piece.rows
     if key is None:
-        out[r0:r1].copy_(block(f, piece, raw))
+        copy(out[r0:r1], block(f, piece, raw))
         return
     dim, ranges = key
     data = raw.view(info.dtype)
@@ -204,13 +192,13 @@ def deposit(f: TensorSource, piece: Piece, raw: torch.Tensor, key: Key, out: tor
             r = _rows(piece, a, n)
             if len(r):
                 got = data[at : at + len(r) * row].view((len(r), *info.shape[1:]))
-                out[local + r.start - a : local + r.stop - a].copy_(got)
+                copy(out[local + r.start - a : local + r.stop - a], got)
                 at += len(r) * row
             local += n
         return
     local_shape = list(out.shape)
     local_shape[0] = piece.rows
-    out[r0:r1].copy_(data.view(local_shape))
+    copy(out[r0:r1], data.view(local_shape))
 
 
 def place(f: TensorSource, piece: Piece, raw: torch.Tensor, key: Key, out: torch.Tensor) -> None:
@@ -218,12 +206,12 @@ def place(f: TensorSource, piece: Piece, raw: torch.Tensor, key: Key, out: torch
     ``raw``) straight into the rank's destination ``out``."""
     info = f.info_at(piece.index)
     if not info.shape:
-        out.copy_(raw.view(info.dtype).reshape(()))
+        copy(out, raw.view(info.dtype).reshape(()))
         return
     src = block(f, piece, raw)
     r0, r1 = piece.row0, piece.row0 + piece.rows
     if key is None:
-        out[r0:r1].copy_(src)
+        copy(out[r0:r1], src)
         return
     dim, ranges = key
     local = 0
@@ -231,9 +219,10 @@ def place(f: TensorSource, piece: Piece, raw: torch.Tensor, key: Key, out: torch
         if dim == 0:
             r = _rows(piece, start, length)
             if len(r):
-                out[local + r.start - start : local + r.stop - start].copy_(
-                    src[r.start - r0 : r.stop - r0]
+                copy(
+                    out[local + r.start - start : local + r.stop - start],
+                    src[r.start - r0 : r.stop - r0],
                 )
         else:
-            out[r0:r1].narrow(dim, local, length).copy_(src.narrow(dim, start, length))
+            copy(out[r0:r1].narrow(dim, local, length), src.narrow(dim, start, length))
         local += length

@@ -20,6 +20,7 @@ failure that every rank agreed on leaves the group usable for the next.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -37,7 +38,8 @@ from .errors import (
 # Cooperative loads begun in this process, per group name: the flag of the
 # next one. Every rank runs the same loads in the same order.
 _begun: dict[str, int] = {}
-_POLL_MAX = 0.02  # seconds between polls of a slow collective, at most
+_POLL_MAX = 0.002  # seconds between polls of a collective without a future, at most
+_CHECK_EVERY = 0.1  # seconds between reads of the failure flag while waiting
 
 
 def group_of(group: Any, rank: int, world_size: int) -> Any:
@@ -144,14 +146,22 @@ class Link:
             raise PeerFailedError(f"cooperative load stopped: {message}")
 
     def wait(self, works: Sequence[Any]) -> None:
-        """Wait for collectives this rank started, raising if a peer stops."""
-        delay = 0.0005
-        pending = [w for w in works if not w.is_completed()]
-        while pending:
-            self.check()
-            time.sleep(delay)
-            delay = min(2 * delay, _POLL_MAX)
-            pending = [w for w in pending if not w.is_completed()]
+        """Wait for collectives this rank started, raising if a peer stops.
+        Woken by the collectives' futures where the backend has them (gloo),
+        else by polling; either way the failure flag is read only every
+        ``_CHECK_EVERY`` seconds (a store round trip)."""
+        done = _completion(works, self.device.type == "cpu")
+        delay = 0.0001
+        checked = time.monotonic()
+        while not done():
+            if time.monotonic() - checked >= _CHECK_EVERY:
+                self.check()
+                checked = time.monotonic()
+            if isinstance(done, _Countdown):
+                done.event.wait(_CHECK_EVERY)
+            else:
+                time.sleep(delay)
+                delay = min(2 * delay, _POLL_MAX)
         for w in works:
             try:
                 w.wait()
@@ -197,19 +207,72 @@ class Link:
 
     def agree(self, error: BaseException | None) -> None:
         """Every rank reports whether it may go on; if one may not, all
-        raise (the failed rank its own error)."""
-        # An empty report is "go on": a failure's message is never empty.
+        raise (the failed rank its own error). One all_gather of a flag per
+        rank; a failed rank's message goes through the store, read only
+        when there is one."""
+        if error is not None:
+            try:
+                self.store.set(self._report(self.rank), _message(error))
+            except Exception:  # noqa: BLE001 - the others still learn of it below
+                pass
+        flag = torch.tensor([0 if error is None else 1], dtype=torch.int64, device=self.device)
+        flags = [
+            torch.zeros(1, dtype=torch.int64, device=self.device) for _ in range(self.world_size)
+        ]
         try:
-            reports = self.gather(b"" if error is None else _message(error).encode())
+            self.wait([dist.all_gather(flags, flag, group=self.group, async_op=True)])
         except PeerFailedError:
             if error is not None:
                 raise error from None  # this rank's own failure says more
             raise
         if error is not None:
             raise error
-        for rank, report in enumerate(reports):
-            if report:
+        for rank, failed in enumerate(int(f) for f in flags):
+            if failed:
                 raise PeerFailedError(
-                    f"cooperative load stopped: rank {rank} failed: "
-                    f"{report.decode(errors='replace')}"
+                    f"cooperative load stopped: rank {rank} failed: {self._read_report(rank)}"
                 )
+
+    def _report(self, rank: int) -> str:
+        return f"{self.key}/report/{rank}"
+
+    def _read_report(self, rank: int) -> str:
+        try:
+            return str(self.store.get(self._report(rank)).decode(errors="replace"))
+        except Exception:  # noqa: BLE001 - its message is lost with it, not the failure
+            return "(its message could not be read from the group's store)"
+
+
+class _Countdown:
+    """Done when every work's future has completed: an event to wait on
+    instead of polling."""
+
+    def __init__(self, futures: list[Any]) -> None:
+        self.event = threading.Event()
+        self._left = len(futures)
+        self._lock = threading.Lock()
+        if not futures:
+            self.event.set()
+        for fut in futures:
+            fut.add_done_callback(self._one)
+
+    def _one(self, _fut: Any) -> None:
+        with self._lock:
+            self._left -= 1
+            if self._left <= 0:
+                self.event.set()
+
+    def __call__(self) -> bool:
+        return self.event.is_set()
+
+
+def _completion(works: Sequence[Any], host: bool) -> Any:
+    """A callable that says when every work is done: a ``_Countdown`` over
+    their futures for a host group (gloo), else one polling
+    ``is_completed`` (a device collective's future follows its stream)."""
+    if host:
+        try:
+            return _Countdown([w.get_future() for w in works])
+        except RuntimeError:  # a work without a future
+            pass
+    return lambda: all(w.is_completed() for w in works)

@@ -7,15 +7,19 @@ of the replicated ones, and row-parallel slices are strided, so ranks that
 each read their own share fetch more than the object between them. Here the
 tensors are split into contiguous byte ranges, one per rank (each rank reads
 its range at full speed); the ranks first tell each other which slices they
-load (``_coopplan``), then in each round every rank broadcasts the pieces
-that every rank loads whole (replicated tensors) and sends each peer, in
-one all-to-all, only that peer's slices of the rest. Traffic to the store
-per group is the object's size, whatever the world size; a rank receives
-about its own share of the split tensors plus the replicated ones
-(``LoadStats.bytes_fetched`` and ``bytes_received``).
+load (``_coopplan``), then in each round every rank sends each peer, in one
+all-to-all, only that peer's slices and the replicated tensors it loads.
+Traffic to the store per group is the object's size, whatever the world
+size; a rank receives about its own share of the split tensors plus the
+replicated ones (``LoadStats.bytes_fetched`` and ``bytes_received``).
+
+A round is one agreement (a flag per rank) and one all-to-all. A thread
+fetches round k+1 while round k is packed, exchanged and placed, so under a
+slow store the exchange hides behind the fetch. ``FASTSHARD_COOP_TRACE``
+records where each rank's time goes (``_cooptrace``).
 
 Memory: a round holds this rank's batch (``max_host_bytes / (world + 3)``
-bytes, at most 32 MiB: ``Budget.cooperative_batch``), the parts it sends, what it receives
+bytes, at most 16 MiB: ``Budget.cooperative_batch``), the parts it sends, what it receives
 (at most one batch from each peer), plus the next batch it fetches while
 the exchange runs and that fetch's own headers and scratch. Tensors larger
 than a batch travel as blocks of rows.
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +42,7 @@ import torch
 
 from . import _coopplan as cp
 from . import _ring, tp
+from ._cooptrace import Trace
 from ._peers import Link
 from ._types import LoadStats, TensorSource
 from .errors import FastshardError, PeerFailedError, ShardMismatchError
@@ -68,7 +74,9 @@ def _fetch(f: TensorSource, batch: list[cp.Piece], buf: torch.Tensor, budget: in
             _ring.Item(p.index, s, tuple(b.shape), b)
             for p, s, b in zip(batch, slices, blocks, strict=True)
         ]
-        return _ring.load(f, items, budget)
+        # It runs on the fetch thread, whose current GPU is not the rank's.
+        with torch.cuda.device(buf.device):
+            return _ring.load(f, items, budget)
     # Hash checks need whole records: only whole pieces can be verified.
     verify = f.verify_hash and all(s is None for s in slices)
     return f.fill(
@@ -117,8 +125,7 @@ class _Schedule:
         ws = len(wants)
         wanted = {i for w in wants for i, keys in w.items() if keys}
         all_pieces = cp.pieces(f, sorted(wanted), cap)
-        self.whole = cp.shared_whole(wants)
-        self.rounds = [cp.batches(o, cap, self.whole) for o in cp.owners(all_pieces, ws)]
+        self.rounds = [cp.batches(o, cap) for o in cp.owners(all_pieces, ws)]
         self.count = max(len(r) for r in self.rounds)
 
     def batch(self, owner: int, k: int) -> list[cp.Piece]:
@@ -127,13 +134,10 @@ class _Schedule:
     def size(self, owner: int, k: int) -> int:
         return cp.layout(self.batch(owner, k))[1]
 
-    def bcast(self, owner: int, k: int) -> int:
-        return cp.broadcast_bytes(self.batch(owner, k), self.whole)
-
     def parts(self, owner: int, receiver: int, k: int) -> list[tuple[cp.Piece, cp.Key]]:
         if owner == receiver:
             return []
-        return cp.sends(self.batch(owner, k), self.wants[receiver], self.whole)
+        return cp.sends(self.batch(owner, k), self.wants[receiver])
 
     def split(self, owner: int, receiver: int, k: int) -> int:
         parts = self.parts(owner, receiver, k)
@@ -143,18 +147,19 @@ class _Schedule:
         return sum(self.split(self.rank, r, k) for r in range(len(self.wants)))
 
     def recv_bytes(self, k: int) -> int:
-        ws = len(self.wants)
-        others = [o for o in range(ws) if o != self.rank]
-        return sum(self.bcast(o, k) + self.split(o, self.rank, k) for o in others)
+        return sum(self.split(o, self.rank, k) for o in range(len(self.wants)))
 
 
 def load(f: TensorSource, items: list[Item], link: Link) -> LoadStats:
     """Fill every item, this rank fetching only its share of the object.
     Every rank raises if one fails; on success every rank has placed
     everything before any returns."""
+    trace = Trace(link.rank, link.world_size)
     try:
-        stats = _load(f, items, link)
-        link.agree(None)
+        stats = _load(f, items, link, trace)
+        with trace.phase("end"):
+            link.agree(None)
+        trace.write()
         return stats
     except BaseException as e:
         if not isinstance(e, PeerFailedError):
@@ -162,10 +167,11 @@ def load(f: TensorSource, items: list[Item], link: Link) -> LoadStats:
         raise
 
 
-def _load(f: TensorSource, items: list[Item], link: Link) -> LoadStats:
+def _load(f: TensorSource, items: list[Item], link: Link, trace: Trace) -> LoadStats:
     rank, ws = link.rank, link.world_size
     cap = f.budget.cooperative_batch(ws)
-    plan = _Schedule(f, _share_plan(f, link, items, cap), cap, rank)
+    with trace.phase("plan"):
+        plan = _Schedule(f, _share_plan(f, link, items, cap), cap, rank)
     by_key: dict[tuple[int, cp.Key], list[Item]] = {}
     for it in items:
         by_key.setdefault((it.index, cp.key_of(it.slice)), []).append(it)
@@ -182,30 +188,52 @@ def _load(f: TensorSource, items: list[Item], link: Link) -> LoadStats:
     send_area = arena[2 * own_max : 2 * own_max + send_max]
     recv_area = arena[2 * own_max + send_max :]
 
-    def fetch_own(k: int, held: int) -> tuple[torch.Tensor, BaseException | None]:
-        """This rank's batch of round k, fetched while ``held`` bytes of the
-        previous round are still alive (the native load gets the rest)."""
-        buf = own_areas[k % 2][: plan.size(rank, k)]
-        err: BaseException | None = None
-        if buf.numel():
-            try:
-                stats.add(_fetch(f, plan.batch(rank, k), buf, cap), held + buf.numel())
-            except FastshardError as e:
-                err = e
-        return buf, err
+    def own(k: int) -> torch.Tensor:
+        return own_areas[k % 2][: plan.size(rank, k)]
 
-    own, err = fetch_own(0, 0) if n else (arena[:0], None)
-    for k in range(n):
-        link.agree(err)
-        bcast, inbox, sent, received = _exchange(f, plan, link, k, own, send_area, recv_area)
-        held = own.numel() + sent + received
-        stats.bytes_received += received
-        nxt, err = fetch_own(k + 1, held) if k + 1 < n else (own, None)
-        link.wait([w for w in (*bcast, inbox) if w is not None])
-        stats.peak_host_bytes = max(stats.peak_host_bytes, held)
-        with torch.no_grad():
-            _place(f, plan, k, own, recv_area, by_key)
-        own = nxt
+    def held(k: int) -> int:
+        """Bytes round k holds while the next batch is fetched."""
+        return plan.size(rank, k) + plan.send_bytes(k) + plan.recv_bytes(k) if k >= 0 else 0
+
+    def fetch(k: int) -> LoadStats | None:
+        """Round k's batch; runs on the fetch thread while round k-1 is
+        packed, exchanged and placed (the native load releases the GIL)."""
+        if not own(k).numel():
+            return None
+        with trace.phase("fetch", k):
+            return _fetch(f, plan.batch(rank, k), own(k), cap)
+
+    def landed(fetching: Future[LoadStats | None], k: int) -> BaseException | None:
+        """Round k's fetch, finished: its error, which the ranks agree on."""
+        try:
+            got = fetching.result()
+        except FastshardError as e:
+            return e
+        if got is not None:
+            stats.add(got, held(k - 1) + own(k).numel())
+        return None
+
+    # One thread fetches round k+1 while this one exchanges round k. Leaving
+    # the block waits for a fetch still running: it writes into the arena.
+    with ThreadPoolExecutor(1, thread_name_prefix="fastshard-coop") as pool:
+        fetching = pool.submit(fetch, 0)
+        for k in range(n):
+            with trace.phase("fetch_wait", k):
+                err = landed(fetching, k)
+            with trace.phase("agree", k):
+                link.agree(err)
+            if k + 1 < n:
+                fetching = pool.submit(fetch, k + 1)
+            with trace.phase("pack", k):
+                inbox, sent, received = _exchange(f, plan, link, k, own(k), send_area, recv_area)
+            trace.add("sent_bytes", sent, k)
+            trace.add("received_bytes", received, k)
+            stats.bytes_received += received
+            with trace.phase("wait", k):
+                link.wait([] if inbox is None else [inbox])
+            stats.peak_host_bytes = max(stats.peak_host_bytes, held(k) + own(k + 1).numel())
+            with torch.no_grad(), trace.phase("place", k):
+                _place(f, plan, k, own(k), recv_area, by_key)
     return stats
 
 
@@ -217,31 +245,20 @@ def _exchange(
     own: torch.Tensor,
     send_area: torch.Tensor,
     recv_area: torch.Tensor,
-) -> tuple[list[Any], Any, int, int]:
-    """Start round k's broadcasts and all-to-all; the bytes this rank sends
-    and receives. ``recv_area`` gets the other owners' broadcast regions in
-    rank order, then what they send this rank, in rank order."""
+) -> tuple[Any, int, int]:
+    """Pack and start round k's one all-to-all (None: no rank has a part
+    this round); the bytes this rank sends and receives. ``recv_area`` gets
+    what the other owners send this rank, in rank order."""
     rank, ws = link.rank, link.world_size
-    works: list[Any] = []
-    at = 0
-    for o in range(ws):
-        size = plan.bcast(o, k)
-        if not size:
-            continue
-        if o == rank:
-            works.append(link.broadcast(own[:size], o))
-        else:
-            works.append(link.broadcast(recv_area[at : at + size], o))
-            at += size
     out_sizes = [plan.split(o, rank, k) for o in range(ws)]
     in_sizes = [plan.split(rank, r, k) for r in range(ws)]
-    inbox = None
     # Every rank knows every rank's sizes: all skip an empty all-to-all alike.
-    if any(plan.split(o, r, k) for o in range(ws) for r in range(ws)):
-        send = send_area[: sum(in_sizes)]
-        _pack(f, plan, k, own, send)
-        inbox = link.all_to_all(recv_area[at : at + sum(out_sizes)], send, out_sizes, in_sizes)
-    return works, inbox, sum(in_sizes), at + sum(out_sizes)
+    if not any(plan.split(o, r, k) for o in range(ws) for r in range(ws)):
+        return None, 0, 0
+    send = send_area[: sum(in_sizes)]
+    _pack(f, plan, k, own, send)
+    inbox = link.all_to_all(recv_area[: sum(out_sizes)], send, out_sizes, in_sizes)
+    return inbox, sum(in_sizes), sum(out_sizes)
 
 
 def _pack(f: TensorSource, plan: _Schedule, k: int, own: torch.Tensor, send: torch.Tensor) -> None:
@@ -267,7 +284,7 @@ def _place(
     by_key: dict[tuple[int, cp.Key], list[Item]],
 ) -> None:
     """Copy round k's pieces into this rank's destinations: its own batch,
-    the broadcast regions, then the parts sent to it."""
+    then the parts sent to it."""
     rank, ws = plan.rank, len(plan.wants)
 
     def put(p: cp.Piece, key: cp.Key, raw: torch.Tensor, whole: bool) -> None:
@@ -279,14 +296,6 @@ def _place(
         for key in plan.wants[rank].get(p.index, []):
             put(p, key, own[at : at + p.nbytes], True)
     at = 0
-    for o in range(ws):
-        if o == rank or not plan.bcast(o, k):
-            continue
-        batch = plan.batch(o, k)
-        for off, p in zip(cp.layout(batch)[0], batch, strict=True):
-            if p.index in plan.whole:
-                put(p, None, recv_area[at + off : at + off + p.nbytes], True)
-        at += plan.bcast(o, k)
     for o in range(ws):
         for p, key in plan.parts(o, rank, k):
             n = cp.part_bytes(f, p, key)
