@@ -21,7 +21,7 @@ import torch
 from . import _peers, _ring, _torch, tp
 from . import cooperative as _coop
 from ._engine import Engine
-from ._types import LoadStats
+from ._types import LoadStats, TensorInfo
 from .errors import FastshardError
 
 
@@ -30,13 +30,16 @@ class Job:
     """One tensor to load: file index, the slice to read (None: whole), its
     loaded shape, where it goes, and whether the native load may write
     there itself (contiguous CPU memory of the file's dtype that no other
-    in-place destination overlaps) rather than through the staging ring."""
+    in-place destination overlaps) rather than through the staging ring;
+    ``buffer``: the writable bytes of an in-place ``dest``, when its
+    allocation already made them (``_torch.empty_many``)."""
 
     index: int
     slice: tp.Slice | None
     shape: tuple[int, ...]
     dest: torch.Tensor
     in_place: bool
+    buffer: memoryview | None = None
 
     @property
     def item(self) -> _ring.Item:
@@ -72,6 +75,41 @@ def planning(link: _peers.Link | None) -> Iterator[None]:
         raise
 
 
+def fresh(
+    infos: Sequence[TensorInfo],
+    indices: Sequence[int],
+    slices: Sequence[tp.Slice | None],
+    device: torch.device,
+    cast: torch.dtype | None,
+) -> list[Job]:
+    """Jobs into new tensors allocated where and as they are returned:
+    plain CPU tensors of the file's dtype are filled in place (allocated
+    together, ``_torch.empty_many``), the rest (CUDA, cast) go through the
+    staging ring."""
+    planned: list[tuple[int, tp.Slice | None, tuple[int, ...], torch.dtype]] = []
+    for index, sl in zip(indices, slices, strict=True):
+        info = infos[index]
+        shape = info.shape if sl is None else tp.sliced_shape(info.shape, sl)
+        dtype = info.dtype
+        if cast is not None and _torch.is_castable_float(dtype):
+            dtype = cast
+        planned.append((index, sl, shape, dtype))
+    direct = device.type == "cpu"
+    in_place = [direct and p[3] == infos[p[0]].dtype for p in planned]
+    specs = [(p[2], p[3]) for p, ok in zip(planned, in_place, strict=True) if ok]
+    tensors, views = _torch.empty_many(specs)
+    jobs: list[Job] = []
+    k = 0
+    for (index, sl, shape, dtype), ok in zip(planned, in_place, strict=True):
+        if ok:
+            jobs.append(Job(index, sl, shape, tensors[k], True, views[k]))
+            k += 1
+        else:
+            dest = torch.empty(shape, dtype=dtype, device=device)
+            jobs.append(Job(index, sl, shape, dest, False))
+    return jobs
+
+
 def load(
     engine: Engine,
     jobs: Sequence[Job],
@@ -89,7 +127,10 @@ def load(
         direct = [j for j in jobs if j.in_place]
         if direct:
             indices = [j.index for j in direct]
-            stats.add(engine.fill(indices, [j.dest for j in direct], [j.slice for j in direct]))
+            buffers = [
+                j.buffer if j.buffer is not None else _torch.writable_bytes(j.dest) for j in direct
+            ]
+            stats.add(engine.fill_bytes(indices, buffers, [j.slice for j in direct]))
         staged = [j.item for j in jobs if not j.in_place]
         if staged:
             stats.add(_ring.load(engine, staged))

@@ -79,11 +79,22 @@ class Engine:
         ``tensors[i]`` (contiguous CPU, exact byte size) in one native call;
         ``slices[i]``, when given, loads only that tensor-parallel slice.
         The whole budget is this call's unless ``overrides`` say otherwise."""
-        reader = self.native()
+        self.native()
         buffers = [_torch.writable_bytes(t) for t in tensors]
+        return self.fill_bytes(indices, buffers, slices, **overrides)
+
+    def fill_bytes(
+        self,
+        indices: Sequence[int],
+        buffers: Sequence[memoryview],
+        slices: Sequence[tp.Slice | None] | None = None,
+        **overrides: Any,
+    ) -> LoadStats:
+        """``fill`` into the writable bytes of each destination."""
+        reader = self.native()
         native = [self._native_index[i] for i in indices]
         opts = {**self._settings.native, **self.budget.whole(), **overrides}
-        if slices is not None and any(s is not None for s in slices):
+        if slices is not None and any(sl is not None for sl in slices):
             opts["slices"] = list(slices)
         if self._counter is not None:
             opts["progress"] = self._counter

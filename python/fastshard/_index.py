@@ -3,6 +3,7 @@ or nested path, and the state dict a load returns."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -14,11 +15,15 @@ from .errors import InvalidArgumentError
 from .packed import Entry
 
 
-def _info(entry: Entry, uri: str) -> TensorInfo:
+def _info(entry: Entry, uri: str, dtypes: dict[str, torch.dtype]) -> TensorInfo:
+    """``dtypes``: the names already resolved in this index (a file has a
+    handful of dtypes and may have thousands of tensors)."""
     name, path, ttype, dtype, shape, _hoff, doff, dlen = entry
-    tdtype = _torch.dtype_from_name(dtype, tensor=name, uri=uri)
+    tdtype = dtypes.get(dtype)
+    if tdtype is None:
+        tdtype = dtypes[dtype] = _torch.dtype_from_name(dtype, tensor=name, uri=uri)
     tpath = tuple(path) if path is not None else None
-    nbytes = _torch.nbytes(shape, tdtype)
+    nbytes = math.prod(shape) * tdtype.itemsize
     return TensorInfo(name, tdtype, tuple(shape), nbytes, doff, tpath, ttype, dlen == 0 < nbytes)
 
 
@@ -27,7 +32,8 @@ class Index:
 
     def __init__(self, entries: Sequence[Entry], uri: str) -> None:
         self.uri = uri
-        self.infos = [_info(e, uri) for e in entries]
+        dtypes: dict[str, torch.dtype] = {}
+        self.infos = [_info(e, uri, dtypes) for e in entries]
         self._by_name: dict[str, int] = {}
         self._by_path: dict[tuple[PathPart, ...], int] = {}
         ambiguous: set[str] = set()

@@ -7,6 +7,7 @@ torch dtypes numpy cannot represent (bfloat16, float8, complex32).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -61,6 +62,83 @@ def nbytes(shape: Sequence[int], dtype: torch.dtype) -> int:
 
 def empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(tuple(shape), dtype=dtype, device="cpu")
+
+
+# New CPU tensors of at most SMALL_TENSOR bytes are carved out of shared
+# blocks of up to SLAB_BYTES, each at a SLAB_ALIGN-aligned offset (enough for
+# any dtype's alignment and a cache line): one allocation and one byte view per
+# block instead of a torch.empty and a numpy round trip per tensor, which is
+# what a load of thousands of small tensors spent its time on. The cap keeps
+# what one surviving tensor can pin (its whole block) small.
+SMALL_TENSOR = 1 << 20
+SLAB_BYTES = 16 << 20
+SLAB_ALIGN = 64
+
+
+def empty_many(
+    specs: Sequence[tuple[Sequence[int], torch.dtype]],
+) -> tuple[list[torch.Tensor], list[memoryview]]:
+    """New contiguous CPU tensors of ``specs`` (shape, dtype), and a writable
+    byte view of each one's memory (what ``writable_bytes`` would return).
+    Small ones share blocks (never overlapping); the rest get their own."""
+    tensors: list[torch.Tensor] = []
+    views: list[memoryview] = []
+    pending: list[tuple[int, tuple[int, ...], torch.dtype, int, int]] = []
+    fill = 0
+    for shape, dtype in specs:
+        dims = tuple(shape)
+        size = math.prod(dims) * dtype.itemsize
+        tensors.append(_NO_TENSOR)
+        views.append(_NO_VIEW)
+        if size > SMALL_TENSOR:
+            t = torch.empty(dims, dtype=dtype)
+            tensors[-1], views[-1] = t, writable_bytes(t)
+            continue
+        if fill + size > SLAB_BYTES:
+            _carve(pending, fill, tensors, views)
+            pending, fill = [], 0
+        pending.append((len(tensors) - 1, dims, dtype, fill, size))
+        fill += -(-size // SLAB_ALIGN) * SLAB_ALIGN
+    if pending:
+        _carve(pending, fill, tensors, views)
+    return tensors, views
+
+
+_NO_TENSOR = torch.empty(0)
+_NO_VIEW = memoryview(b"")
+
+
+def _carve(
+    pending: list[tuple[int, tuple[int, ...], torch.dtype, int, int]],
+    fill: int,
+    tensors: list[torch.Tensor],
+    views: list[memoryview],
+) -> None:
+    """One block of ``fill`` bytes holding ``pending`` (slot, shape, dtype,
+    offset, size): each tensor a view of it, each byte view a memoryview slice."""
+    block = torch.empty(max(fill, SLAB_ALIGN), dtype=torch.uint8)
+    raw = block.numpy().data
+    typed: dict[torch.dtype, torch.Tensor] = {}
+    strides: dict[tuple[int, ...], tuple[int, ...]] = {}
+    for slot, dims, dtype, offset, size in pending:
+        whole = typed.get(dtype)
+        if whole is None:
+            whole = typed[dtype] = block.view(dtype)
+        stride = strides.get(dims)
+        if stride is None:
+            stride = strides[dims] = _contiguous_strides(dims)
+        # One torch call per tensor: as_strided is the cheapest view there is.
+        tensors[slot] = whole.as_strided(dims, stride, offset // dtype.itemsize)
+        views[slot] = raw[offset : offset + size]
+
+
+def _contiguous_strides(dims: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    step = 1
+    for d in reversed(dims):
+        out.append(step)
+        step *= max(d, 1)
+    return tuple(reversed(out))
 
 
 def writable_bytes(tensor: torch.Tensor) -> memoryview:

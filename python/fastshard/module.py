@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import os
 import time
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from typing import Any, Unpack
 
 import torch
 
-from . import _dispatch, _torch, tp
+from . import _dispatch, _gc, _torch, tp
 from ._options import OpenOptions
 from ._types import LoadStats
 from .errors import FormatError, InvalidArgumentError
@@ -158,7 +159,7 @@ def _plan(
     """One job per matched name; meta tensors get memory on ``device``."""
     jobs: list[_Planned] = []
     replaced: dict[int, torch.Tensor] = {}  # id(meta tensor) → its new CPU tensor
-    claimed: list[tuple[int, int]] = []  # memory ranges already filled in place
+    claimed = _Claims()  # memory ranges already filled in place
     order = sorted((in_file[n], n) for n in targets if n in in_file)
     for index, name in order:
         t = targets[name]
@@ -177,7 +178,28 @@ def _plan(
     return jobs
 
 
-def _in_place_ok(dest: torch.Tensor, dtype: torch.dtype, claimed: list[tuple[int, int]]) -> bool:
+class _Claims:
+    """Memory ranges already filled in place, kept sorted and disjoint so
+    that checking one more destination is a binary search (a model may have
+    tens of thousands of parameters)."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+
+    def claim(self, start: int, end: int) -> bool:
+        """Claim ``[start, end)`` unless it overlaps a range already claimed."""
+        i = bisect.bisect_right(self._starts, start)
+        if i > 0 and self._ends[i - 1] > start:
+            return False
+        if i < len(self._starts) and self._starts[i] < end:
+            return False
+        self._starts.insert(i, start)
+        self._ends.insert(i, end)
+        return True
+
+
+def _in_place_ok(dest: torch.Tensor, dtype: torch.dtype, claimed: _Claims) -> bool:
     """The native load may write into ``dest`` itself: same dtype, contiguous
     CPU memory that no other in-place destination overlaps (tied or aliased
     weights are filled once, the other names go through a copy)."""
@@ -186,11 +208,7 @@ def _in_place_ok(dest: torch.Tensor, dtype: torch.dtype, claimed: list[tuple[int
     if dest.numel() == 0:
         return True
     start = dest.data_ptr()
-    end = start + dest.numel() * dest.element_size()
-    if any(s < end and start < e for s, e in claimed):
-        return False
-    claimed.append((start, end))
-    return True
+    return claimed.claim(start, start + dest.numel() * dest.element_size())
 
 
 def _apply(jobs: list[_Planned]) -> None:
@@ -220,6 +238,7 @@ def _apply(jobs: list[_Planned]) -> None:
             )
 
 
+@_gc.pausing
 def load(
     model: torch.nn.Module,
     uri: str | os.PathLike[str],

@@ -9,7 +9,7 @@ from typing import Any, Unpack
 
 import torch
 
-from . import _dispatch, _hf, _mapped, _options, _torch, packed, shard, tp
+from . import _dispatch, _gc, _hf, _mapped, _options, _torch, packed, shard, tp
 from ._budget import Budget
 from ._engine import Engine
 from ._index import Index
@@ -56,6 +56,17 @@ class TensorFile:
         world_size: int | None = None,
         verify_manifest_hashes: bool = False,
         **opts: Unpack[OpenOptions],
+    ) -> None:
+        with _gc.paused():  # the index: a TensorInfo per tensor
+            self._open(uri, rank, world_size, verify_manifest_hashes, opts)
+
+    def _open(
+        self,
+        uri: str | os.PathLike[str],
+        rank: int | None,
+        world_size: int | None,
+        verify_manifest_hashes: bool,
+        opts: OpenOptions,
     ) -> None:
         opened_at = time.perf_counter()
         settings = _options.open_settings(opts)
@@ -170,6 +181,7 @@ class TensorFile:
         return self.engine.fill(indices, tensors, slices, **overrides)
 
     # -- loading -----------------------------------------------------------
+    @_gc.pausing
     def load_state_dict(
         self,
         device: _torch.DeviceLike | None = "cpu",
@@ -219,7 +231,7 @@ class TensorFile:
         with _dispatch.planning(pg):
             indices = self._index.select(names)
             slices = self._slices(indices, sliced, rank, world_size, shard_specs)
-            jobs = [self._fresh(i, sl, target, cast) for i, sl in zip(indices, slices, strict=True)]
+            jobs = _dispatch.fresh(self._index.infos, indices, slices, target, cast)
         stats = _dispatch.load(self.engine, jobs, pg)
         result = self._index.state_dict(indices, [j.dest for j in jobs])
         self.engine.finish(stats, started)
@@ -264,19 +276,6 @@ class TensorFile:
                 uri=self.uri,
             )
         return bool(shard_specs) and unsharded and (world_size or 1) > 1
-
-    def _fresh(
-        self, index: int, sl: tp.Slice | None, device: torch.device, cast: torch.dtype | None
-    ) -> _dispatch.Job:
-        """A job into a new tensor allocated where and as it is returned; a
-        plain CPU tensor of the file's dtype is filled in place, the rest
-        (CUDA, cast) go through the staging ring."""
-        info = self._index.infos[index]
-        shape = tp.sliced_shape(info.shape, sl)
-        dtype = cast if cast is not None and _torch.is_castable_float(info.dtype) else info.dtype
-        dest = torch.empty(shape, dtype=dtype, device=device)
-        in_place = dest.device.type == "cpu" and dtype == info.dtype
-        return _dispatch.Job(index, sl, shape, dest, in_place)
 
 
 def _float_cast(dtype: _torch.DtypeLike | None) -> torch.dtype | None:
@@ -366,6 +365,7 @@ def open(  # noqa: A001
     )
 
 
+@_gc.pausing
 def load_state_dict(
     uri: str | os.PathLike[str],
     *,
