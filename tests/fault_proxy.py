@@ -38,6 +38,10 @@ class Faults:
     # If-Match does (only for unsigned requests or a server that does not
     # check signatures: SigV4 signs these headers).
     ignore_conditions: bool = False
+    # Every signed request: forward it with its signature altered, as a
+    # wrong secret would have signed it. "query" alters only signatures in
+    # the query (presigned requests), "all" those in Authorization too.
+    forge_signature: str | None = None
     # CreateMultipartUpload answers (POST ?uploads) with their XML root
     # renamed to this, as a store that names it differently does.
     xml_root: bytes | None = None
@@ -182,11 +186,14 @@ class FaultProxy:
                 # Unsigned requests really get other bytes (their honest
                 # Content-Range is the only tell); a SigV4 request signs its
                 # Range, so there the answer only claims another range.
-                shift_request = (
-                    fate == "wrong_range" and "range" in headers and "authorization" not in headers
-                )
+                signed = "authorization" in headers or _QUERY_SIGNATURE in target.lower()
+                shift_request = fate == "wrong_range" and "range" in headers and not signed
                 if shift_request:
                     raw = _rewrite_header(raw, b"range", _shifted_request_range)
+                if self.faults.forge_signature and _QUERY_SIGNATURE in target.lower():
+                    raw = _forged_query(raw)
+                if self.faults.forge_signature == "all" and "authorization" in headers:
+                    raw = _rewrite_header(raw, b"authorization", _forged_authorization)
                 if self.faults.ignore_conditions:
                     raw = _drop_headers(raw, CONDITIONS)
                 upstream.sendall(raw + body)
@@ -339,6 +346,25 @@ def _relay_chunked(rf: Any, out: socket.socket) -> None:
 
 
 CONDITIONS = (b"if-match", b"if-none-match", b"if-unmodified-since", b"if-modified-since")
+
+
+_QUERY_SIGNATURE = "x-amz-signature="
+
+
+def _forged_at(text: bytes, marker: bytes) -> bytes:
+    """``text`` with the first hex digit after ``marker`` changed."""
+    at = text.lower().index(marker) + len(marker)
+    digit = b"1" if text[at : at + 1] == b"0" else b"0"
+    return text[:at] + digit + text[at + 1 :]
+
+
+def _forged_query(raw: bytes) -> bytes:
+    line, sep, rest = raw.partition(b"\r\n")
+    return _forged_at(line, _QUERY_SIGNATURE.encode()) + sep + rest
+
+
+def _forged_authorization(value: bytes) -> bytes:
+    return _forged_at(value, b"signature=")
 
 
 def _drop_headers(raw: bytes, names: tuple[bytes, ...]) -> bytes:

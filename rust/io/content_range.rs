@@ -4,6 +4,9 @@
 
 use std::ops::Range;
 
+use reqwest::header::{HeaderMap, CONTENT_RANGE};
+use reqwest::StatusCode;
+
 use crate::error::{Error, ErrorKind, Result};
 
 /// Parses `bytes FIRST-LAST/TOTAL` (TOTAL may be `*`) into the half-open
@@ -50,6 +53,31 @@ pub fn check(header: Option<&str>, partial: bool, start: u64, end: u64) -> Resul
             None => wrong(format!("unreadable Content-Range {:?}", truncate(h))),
         },
     }
+}
+
+/// What a streamed answer to a ranged GET of `[start, end)` must be,
+/// whichever client read it and from whichever store: 206 with that
+/// Content-Range, or 200 from the object's start. Any other status is the
+/// error `refused` makes of it (each store names its own kinds).
+pub fn check_answer(
+    status: StatusCode,
+    headers: &HeaderMap,
+    start: u64,
+    end: u64,
+    refused: impl FnOnce(StatusCode) -> Error,
+) -> Result<()> {
+    let partial = status == StatusCode::PARTIAL_CONTENT;
+    if !partial && status != StatusCode::OK {
+        return Err(refused(status).with_range(start..end));
+    }
+    if !partial && start != 0 {
+        return Err(Error::new(
+            ErrorKind::Unsupported,
+            "the server ignores Range requests; fastshard needs ranged reads",
+        ));
+    }
+    let range = headers.get(CONTENT_RANGE).and_then(|v| v.to_str().ok());
+    check(range, partial, start, end).map(|_| ())
 }
 
 fn truncate(s: &str) -> &str {

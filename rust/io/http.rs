@@ -131,8 +131,8 @@ impl HttpSource {
     }
 
     /// What a streamed answer to `[start, end)` must be, whichever client
-    /// read it: 206 with that Content-Range (or 200 from the object's
-    /// start) and the pinned version.
+    /// read it: the shared status and Content-Range checks, and the pinned
+    /// version.
     fn check_answer(
         &self,
         status: StatusCode,
@@ -140,18 +140,7 @@ impl HttpSource {
         start: u64,
         end: u64,
     ) -> Result<()> {
-        let partial = status == StatusCode::PARTIAL_CONTENT;
-        if !partial && status != StatusCode::OK {
-            return Err(status_error(status).with_range(start..end));
-        }
-        if !partial && start != 0 {
-            return Err(Error::new(
-                ErrorKind::Unsupported,
-                "the server ignores Range requests; fastshard needs ranged reads",
-            ));
-        }
-        let range = headers.get(CONTENT_RANGE).and_then(|v| v.to_str().ok());
-        content_range::check(range, partial, start, end)?;
+        content_range::check_answer(status, headers, start, end, status_error)?;
         self.remote.check_version(&Pin::of(headers), start..end)
     }
 

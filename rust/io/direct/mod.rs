@@ -73,6 +73,10 @@ impl Direct {
         if switched_off || proxied {
             return None;
         }
+        Direct::parse(url)
+    }
+
+    fn parse(url: &str) -> Option<Direct> {
         let url = Url::parse(url).ok()?;
         if url.scheme() != "http" || !url.username().is_empty() || url.password().is_some() {
             return None;
@@ -119,7 +123,28 @@ impl Direct {
         sink: &mut PartSink<'_>,
         check: &(dyn Fn(StatusCode, &HeaderMap) -> Result<()> + Sync),
     ) -> Result<Outcome> {
-        let request = self.request(headers);
+        self.stream_to(&self.target, headers, sink, check).await
+    }
+
+    /// The path and query of `url` when it names this reader's host and
+    /// port over plain HTTP (a presigned URL of the same object, say):
+    /// then [`Direct::stream_to`] may send a request for it.
+    pub fn target_of(&self, url: &str) -> Option<String> {
+        let other = Direct::parse(url)?;
+        (other.host == self.host && other.port == self.port && other.authority == self.authority)
+            .then_some(other.target)
+    }
+
+    /// [`Direct::stream`] for another target on the same host (from
+    /// [`Direct::target_of`]): a request signed in its query, for one.
+    pub async fn stream_to(
+        &self,
+        target: &str,
+        headers: &[(HeaderName, String)],
+        sink: &mut PartSink<'_>,
+        check: &(dyn Fn(StatusCode, &HeaderMap) -> Result<()> + Sync),
+    ) -> Result<Outcome> {
+        let request = self.request(target, headers);
         let mut reuse = true;
         loop {
             let mut conn = pool::checkout(&self.host, self.port, reuse).await?;
@@ -136,10 +161,10 @@ impl Direct {
         }
     }
 
-    fn request(&self, headers: &[(HeaderName, String)]) -> Vec<u8> {
+    fn request(&self, target: &str, headers: &[(HeaderName, String)]) -> Vec<u8> {
         let mut req = format!(
             "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: fastshard/{}\r\n",
-            self.target,
+            target,
             self.authority,
             env!("CARGO_PKG_VERSION")
         );

@@ -34,6 +34,44 @@ fn causes(err: &dyn std::error::Error) -> String {
     parts.join(": ")
 }
 
+/// The error an S3 answer with HTTP status `http` and error `code` (empty
+/// when unknown) stands for; `detail` says more where the kind alone does
+/// not. The one mapping for the SDK's answers and the direct reader's.
+pub fn answered(
+    http: u16,
+    code: &str,
+    detail: impl FnOnce() -> String,
+    creds: CredentialSource,
+) -> Error {
+    let kind = match (http, code) {
+        (_, "NoSuchKey" | "NoSuchBucket" | "NotFound") | (404, _) => ErrorKind::NotFound,
+        (_, "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "AccessDenied" | "ExpiredToken")
+        | (401 | 403, _) => ErrorKind::Auth,
+        (_, "PreconditionFailed") | (412, _) => ErrorKind::Changed,
+        (_, "SlowDown" | "Throttling" | "TooManyRequests") | (429 | 503, _) => ErrorKind::Throttled,
+        (s, _) if s >= 500 => ErrorKind::Network,
+        (416, _) => ErrorKind::Format,
+        _ => ErrorKind::Io,
+    };
+    let code = if code.is_empty() {
+        String::new()
+    } else {
+        format!(" ({code})")
+    };
+    let msg = match kind {
+        ErrorKind::Auth => format!(
+            "access denied{code}; credentials came from {}",
+            creds.describe()
+        ),
+        ErrorKind::NotFound => format!("no such object or bucket{code}"),
+        ErrorKind::Changed => {
+            "the object changed while it was being read (ETag no longer matches)".to_string()
+        }
+        _ => format!("S3 request failed: HTTP {http}{code}: {}", detail()),
+    };
+    Error::new(kind, msg)
+}
+
 pub fn map<E>(err: SdkError<E, HttpResponse>, creds: CredentialSource) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
@@ -41,55 +79,14 @@ where
     let (kind, msg) = match &err {
         SdkError::ServiceError(se) => {
             let code = se.err().code().unwrap_or("");
-            let http = se.raw().status().as_u16();
-            let status = Some(http);
-            let kind = match (status, code) {
-                (_, "NoSuchKey" | "NoSuchBucket" | "NotFound") | (Some(404), _) => {
-                    ErrorKind::NotFound
-                }
-                (
-                    _,
-                    "InvalidAccessKeyId"
-                    | "SignatureDoesNotMatch"
-                    | "AccessDenied"
-                    | "ExpiredToken",
-                )
-                | (Some(401 | 403), _) => ErrorKind::Auth,
-                (_, "PreconditionFailed") | (Some(412), _) => ErrorKind::Changed,
-                (_, "SlowDown" | "Throttling" | "TooManyRequests") | (Some(429 | 503), _) => {
-                    ErrorKind::Throttled
-                }
-                (Some(s), _) if s >= 500 => ErrorKind::Network,
-                (Some(416), _) => ErrorKind::Format,
-                _ => ErrorKind::Io,
-            };
             // Some stores answer in a shape the SDK cannot parse (another
             // XML root, an empty body): the error then has no code and no
             // message, and only the SDK's own chain says what went wrong.
-            let code = if code.is_empty() {
-                String::new()
-            } else {
-                format!(" ({code})")
+            let detail = || match se.err().message() {
+                Some(m) if !m.trim().is_empty() => m.to_string(),
+                _ => causes(se.err()),
             };
-            let msg = match kind {
-                ErrorKind::Auth => format!(
-                    "access denied{code}; credentials came from {}",
-                    creds.describe()
-                ),
-                ErrorKind::NotFound => format!("no such object or bucket{code}"),
-                ErrorKind::Changed => {
-                    "the object changed while it was being read (ETag no longer matches)"
-                        .to_string()
-                }
-                _ => {
-                    let detail = match se.err().message() {
-                        Some(m) if !m.trim().is_empty() => m.to_string(),
-                        _ => causes(se.err()),
-                    };
-                    format!("S3 request failed: HTTP {http}{code}: {detail}")
-                }
-            };
-            (kind, msg)
+            return answered(se.raw().status().as_u16(), code, detail, creds);
         }
         SdkError::TimeoutError(_) => (ErrorKind::Network, "S3 request timed out".to_string()),
         SdkError::DispatchFailure(df) => {

@@ -6,6 +6,7 @@
 mod cache;
 mod client;
 pub mod config;
+mod direct;
 mod errors;
 pub mod object;
 mod upload;
@@ -18,6 +19,7 @@ use aws_sdk_s3::operation::get_object::GetObjectOutput;
 
 pub use config::{Addressing, CredentialSource, EnvSnapshot, S3Options};
 
+use self::direct::{S3Direct, Sent};
 use super::content_range;
 use super::ranged::{ETag, Fetched, RangedObject, Remote};
 use super::retry::RetryPolicy;
@@ -27,6 +29,9 @@ use crate::location::Location;
 
 pub struct S3Source {
     target: Target,
+    /// Reads part bodies into their destinations without the SDK's
+    /// buffers, where the store allows (`S3Direct::for_target`).
+    direct: Option<S3Direct>,
     /// Its version: the ETag learned at discovery.
     remote: Remote<ETag>,
 }
@@ -68,8 +73,10 @@ pub async fn target(loc: &Location, opts: &S3Options) -> Result<Target> {
 
 impl S3Source {
     pub async fn open(loc: &Location, opts: &S3Options, policy: RetryPolicy) -> Result<S3Source> {
+        let target = target(loc, opts).await?;
         Ok(S3Source {
-            target: target(loc, opts).await?,
+            direct: S3Direct::for_target(&target).await,
+            target,
             remote: Remote::new(loc.display().to_string(), policy),
         })
     }
@@ -121,6 +128,27 @@ impl RangedObject for S3Source {
 
     /// One ranged GET, streamed into `sink`.
     async fn stream(&self, start: u64, end: u64, sink: &mut PartSink<'_>) -> Result<()> {
+        if let Some(direct) = self.direct.as_ref().filter(|d| d.active()) {
+            match direct
+                .stream(&self.target, &self.remote, start, end, sink)
+                .await?
+            {
+                Sent::Done => return Ok(()),
+                Sent::ToSdk { refused: false } => {}
+                Sent::ToSdk { refused: true } => {
+                    let sdk = self.stream_sdk(start, end, sink).await;
+                    direct.confirm(sdk.is_ok());
+                    return sdk;
+                }
+            }
+        }
+        self.stream_sdk(start, end, sink).await
+    }
+}
+
+impl S3Source {
+    /// One ranged GET through the SDK, its body copied into `sink`.
+    async fn stream_sdk(&self, start: u64, end: u64, sink: &mut PartSink<'_>) -> Result<()> {
         let out = self.get(start, end).await?;
         content_range::check(out.content_range(), false, start, end)?;
         let seen = ETag(out.e_tag().map(str::to_string));
