@@ -31,7 +31,12 @@ def test_the_typed_options_are_the_native_layers() -> None:
         "progress",
         "mmap",
     }
-    assert SaveOptions.__optional_keys__ == set(_native.SOURCE_OPTIONS) | {"encryption", "align"}
+    cache = {"cache_dir", "cache_max_bytes"}
+    assert _options.CacheOptions.__optional_keys__ == cache
+    assert SaveOptions.__optional_keys__ == (set(_native.SOURCE_OPTIONS) - cache) | {
+        "encryption",
+        "align",
+    }
 
 
 def test_every_open_option_is_documented() -> None:
@@ -79,6 +84,9 @@ def test_unknown_options_still_raise(tmp_path: Path) -> None:
         fastshard.save({"w": torch.ones(3)}, path, x=1)  # type: ignore[call-arg]
     with pytest.raises(fastshard.UnsupportedError, match="progress is a load option"):
         fastshard.save({"w": torch.ones(3)}, path, progress=True)  # type: ignore[call-arg]
+    # A save writes to the store only: a cache option would be ignored.
+    with pytest.raises(fastshard.InvalidArgumentError, match="^cache_dir is a load option"):
+        fastshard.save({"w": torch.ones(3)}, path, cache_dir=tmp_path)  # type: ignore[call-arg]
     with pytest.raises(fastshard.InvalidArgumentError, match="progress must be"):
         fastshard.open(path, progress="yes")  # type: ignore[typeddict-item]
 

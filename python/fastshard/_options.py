@@ -24,7 +24,7 @@ from .errors import InvalidArgumentError, UnsupportedError
 MiB = 1 << 20
 
 
-class SourceOptions(TypedDict, total=False):
+class StoreOptions(TypedDict, total=False):
     """Where an S3 object or URL is, which credentials to use, how hard to
     retry (``fastshard.open``'s docstring says what each one means). ``None``
     means "look it up"."""
@@ -44,8 +44,17 @@ class SourceOptions(TypedDict, total=False):
     gcs_anonymous: bool | None
     max_attempts: int | None
     deadline_seconds: float | None
+
+
+class CacheOptions(TypedDict, total=False):
+    """The node-local cache a load reads remote objects through."""
+
     cache_dir: str | os.PathLike[str] | None
     cache_max_bytes: int | None
+
+
+class SourceOptions(StoreOptions, CacheOptions, total=False):
+    """The source options of a load: the store's, and the node cache's."""
 
 
 class LoadOptions(TypedDict, total=False):
@@ -65,7 +74,7 @@ class OpenOptions(SourceOptions, LoadOptions, total=False):
     """The options of ``fastshard.open``, ``load_state_dict`` and ``load``."""
 
 
-class SaveOptions(SourceOptions, total=False):
+class SaveOptions(StoreOptions, total=False):
     """The options of ``fastshard.save`` and ``save_sharded``."""
 
     encryption: EncryptionKey | None
@@ -73,6 +82,8 @@ class SaveOptions(SourceOptions, total=False):
 
 
 SOURCE = frozenset(_native.SOURCE_OPTIONS)
+# A save writes to the store alone: a cache option there would be ignored.
+_CACHE = frozenset(CacheOptions.__optional_keys__)
 # What every native load of a file takes (``Reader.load``), budget aside.
 _NATIVE_LOAD = frozenset(
     {"verify_hash", "concurrency", "part_size_bytes", "throughput_target_gbps", "encryption"}
@@ -148,6 +159,10 @@ def save_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
     for key in rest:
         if key == "progress":
             raise UnsupportedError("save shows no progress bar yet: progress is a load option")
+        if key in _CACHE:
+            raise InvalidArgumentError(
+                f"{key} is a load option: save writes to the store, not through the node cache"
+            )
         if key not in SOURCE:
             raise InvalidArgumentError(f"unknown option {key!r} for save")
     out = source_options(rest)

@@ -78,7 +78,10 @@ def save(
     ``s3://bucket/key`` (a streamed multipart upload, completed only once
     the whole file is sent; nothing is staged on local disk). ``opts`` are
     the source options of ``fastshard.open`` (``s3_endpoint``, credentials,
-    ``s3_region``, ``max_attempts``, ...), and ``encryption`` (a
+    ``s3_region``, ``max_attempts``, ...) but the node cache's
+    (``cache_dir`` and ``cache_max_bytes`` are load options: a save writes
+    to the store alone, and raises ``InvalidArgumentError`` on them), and
+    ``encryption`` (a
     ``fastshard.EncryptionKey``: every tensor with data is encrypted as
     tensorizer's ``TensorSerializer(encryption=...)`` does; tensorizer reads
     the file with the same key or passphrase), and ``align`` (a power of

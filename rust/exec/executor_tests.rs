@@ -28,6 +28,7 @@ fn setup(fail_at: Vec<u64>) -> (Arc<MockSource>, ReadPlan, Vec<u8>) {
             gap_threshold: 0,
             part_size: 1024,
             max_amplification: None,
+            align: None,
         },
     )
     .unwrap();

@@ -209,6 +209,7 @@ mod tests {
             gap_threshold: gap,
             part_size: part,
             max_amplification: None,
+            align: None,
         };
         let plan = plan_reads(wants, opts).unwrap();
         PartQueue::new(plan.parts, sizer.map(|s| Arc::new(Mutex::new(s))))

@@ -6,16 +6,19 @@
 //! check decrypts them in place). A cache that fails to read or write costs
 //! speed, never the load: the bytes then come from the store.
 
-use std::io;
 use std::sync::{Arc, OnceLock};
 
-use super::cache::{CacheOptions, Entry, Piece, Span};
+use super::cache::{CacheOptions, Entry, Pieces, BLOCK, WINDOW};
 use super::file::{FILE_CONCURRENCY, FILE_PLAN};
 use super::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::{Part, PlanOptions, Segment};
+
+mod serve;
+
+use serve::{covering, regions, serve, serve_part, store};
 
 pub struct CachedSource {
     inner: Arc<dyn RangeSource>,
@@ -25,9 +28,19 @@ pub struct CachedSource {
     identity: String,
     /// Opened at discovery; `None` inside when this object is not cached.
     entry: OnceLock<Option<Arc<Entry>>>,
-    /// Whether the entry held (nearly) the whole object at discovery: its
-    /// loads are then planned and run as a local file's are.
-    warm: OnceLock<bool>,
+    /// How much of the object the entry held at discovery.
+    held: OnceLock<Held>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    Nothing,
+    /// Some bytes: parts are cut at the entry's blocks (`PlanOptions::align`),
+    /// so each cached piece is read and checked by one part only.
+    Some,
+    /// (Nearly) the whole object: loads are planned and run as a local
+    /// file's are.
+    Warm,
 }
 
 /// The share of an object an entry must hold to be read like a local
@@ -41,12 +54,16 @@ impl CachedSource {
             cache,
             identity,
             entry: OnceLock::new(),
-            warm: OnceLock::new(),
+            held: OnceLock::new(),
         }
     }
 
+    fn held(&self) -> Held {
+        self.held.get().copied().unwrap_or(Held::Nothing)
+    }
+
     fn warm(&self) -> bool {
-        self.warm.get().copied().unwrap_or(false)
+        self.held() == Held::Warm
     }
 
     fn entry(&self) -> Option<Arc<Entry>> {
@@ -54,178 +71,8 @@ impl CachedSource {
     }
 }
 
-/// A region of the object (its offset) and the memory it lands in.
-type Region<'a> = (u64, &'a mut [u8]);
-
-fn region_end(r: &Region<'_>) -> u64 {
-    r.0 + r.1.len() as u64
-}
-
-/// Fills each region that the entry holds whole (regions sorted and
-/// disjoint), checking every piece it reads; a piece that fails its check
-/// is dropped from the entry and its regions are left to the store.
-/// Returns which regions were filled and the bytes read from the cache.
-fn serve(entry: &Entry, regions: &mut [Region<'_>]) -> io::Result<(Vec<bool>, u64)> {
-    let (mut filled, pieces) = entry.with_pieces(|present| {
-        let filled: Vec<bool> = regions
-            .iter()
-            .map(|r| present.covers(r.0, region_end(r)))
-            .collect();
-        let mut pieces: Vec<Piece> = regions
-            .iter()
-            .zip(&filled)
-            .filter(|(_, &f)| f)
-            .flat_map(|(r, _)| present.overlapping(r.0, region_end(r)).copied())
-            .collect();
-        pieces.dedup();
-        (filled, pieces)
-    })?;
-    let mut bytes = 0;
-    for piece in &pieces {
-        bytes += piece.end - piece.start;
-        if !read_piece(entry, piece, regions, &filled)? {
-            entry.drop_piece(piece)?;
-            for (f, r) in filled.iter_mut().zip(regions.iter()) {
-                *f &= region_end(r) <= piece.start || r.0 >= piece.end;
-            }
-        }
-    }
-    Ok((filled, bytes))
-}
-
-/// Reads one piece: its bytes inside filled regions straight into them,
-/// the rest (another part's bytes, a gap) into scratch, all of it checked.
-fn read_piece(
-    entry: &Entry,
-    piece: &Piece,
-    regions: &mut [Region<'_>],
-    filled: &[bool],
-) -> io::Result<bool> {
-    let inside = |r: &Region<'_>| (r.0.max(piece.start), region_end(r).min(piece.end));
-    let held: u64 = regions
-        .iter()
-        .zip(filled)
-        .filter(|(_, &f)| f)
-        .map(|(r, _)| inside(r))
-        .map(|(a, b)| b.saturating_sub(a))
-        .sum();
-    let mut scratch = vec![0u8; (piece.end - piece.start - held) as usize];
-    let mut spare: &mut [u8] = &mut scratch;
-    let mut bufs: Vec<&mut [u8]> = Vec::new();
-    let mut at = piece.start;
-    for (r, _) in regions.iter_mut().zip(filled).filter(|(_, &f)| f) {
-        let (a, b) = inside(&*r);
-        if a >= b {
-            continue;
-        }
-        if a > at {
-            let (gap, rest) = std::mem::take(&mut spare).split_at_mut((a - at) as usize);
-            bufs.push(gap);
-            spare = rest;
-        }
-        let from = (a - r.0) as usize;
-        bufs.push(&mut r.1[from..from + (b - a) as usize]);
-        at = b;
-    }
-    if at < piece.end {
-        bufs.push(spare);
-    }
-    entry.read_verified(piece, &mut bufs)
-}
-
-/// The memory of a part's segments as regions of the object.
-///
-/// # Safety
-/// The caller is fetching this part: its segments are written by no one
-/// else until it returns, and the regions must not outlive that.
-unsafe fn regions<'a>(dest: &'a Destinations, segments: &[Segment]) -> Result<Vec<Region<'a>>> {
-    segments
-        .iter()
-        // SAFETY: the caller's promise; each segment once, disjoint.
-        .map(|s| Ok((s.offset, unsafe { dest.segment_mut(s)? })))
-        .collect()
-}
-
-/// Writes the segments' bytes (contiguous ones as one span) into the entry.
-fn store(entry: &Entry, regions: Vec<Region<'_>>) -> io::Result<u64> {
-    let mut spans: Vec<Span<'_>> = Vec::new();
-    for (offset, mem) in regions {
-        let mem: &[u8] = mem;
-        match spans.last_mut() {
-            Some(s) if s.start + s.bufs.iter().map(|b| b.len() as u64).sum::<u64>() == offset => {
-                s.bufs.push(mem)
-            }
-            _ => spans.push(Span {
-                start: offset,
-                bufs: vec![mem],
-            }),
-        }
-    }
-    entry.store(&spans)
-}
-
 fn task_failed(e: tokio::task::JoinError, part: &Part) -> Error {
     Error::new(ErrorKind::Io, format!("cache task failed: {e}")).with_range(part.start..part.end)
-}
-
-/// A segment's bytes `[from, to)` as a segment of their own.
-fn sub_segment(seg: &Segment, from: u64, to: u64) -> Segment {
-    Segment {
-        offset: from,
-        len: to - from,
-        slot: seg.slot,
-        slot_offset: seg.slot_offset + (from - seg.offset),
-    }
-}
-
-/// Serves what the entry holds of a part's segments; returns the
-/// (sub-)segments left to fetch, in order, and the bytes read.
-///
-/// # Safety
-/// As `regions`: the caller is fetching this part.
-unsafe fn serve_part(
-    entry: &Entry,
-    dest: &Destinations,
-    segments: &[Segment],
-) -> Result<(Vec<Segment>, u64)> {
-    let split = entry.with_pieces(|present| {
-        let (mut held, mut missing) = (Vec::new(), Vec::new());
-        for seg in segments {
-            let mut at = seg.offset;
-            for (a, b) in present.missing(seg.offset, seg.end()) {
-                if a > at {
-                    held.push(sub_segment(seg, at, a));
-                }
-                missing.push(sub_segment(seg, a, b));
-                at = b;
-            }
-            if at < seg.end() {
-                held.push(sub_segment(seg, at, seg.end()));
-            }
-        }
-        (held, missing)
-    });
-    // A cache that cannot be read serves nothing: the store will.
-    let Ok((held, mut missing)) = split else {
-        return Ok((segments.to_vec(), 0));
-    };
-    if held.is_empty() {
-        return Ok((missing, 0));
-    }
-    // SAFETY: the caller's promise; `held` are disjoint pieces of them.
-    let mut regions = unsafe { regions(dest, &held)? };
-    let Ok((filled, bytes)) = serve(entry, &mut regions) else {
-        return Ok((segments.to_vec(), 0));
-    };
-    drop(regions);
-    missing.extend(
-        held.into_iter()
-            .zip(filled)
-            .filter(|(_, f)| !f)
-            .map(|(s, _)| s),
-    );
-    missing.sort_by_key(|s| s.offset);
-    Ok((missing, bytes))
 }
 
 /// The reads that fetch `missing` (sorted): one per run whose gaps the
@@ -316,9 +163,13 @@ impl PartSource for CachedSource {
     }
 
     fn plan_options(&self) -> PlanOptions {
-        match self.warm() {
+        let plan = match self.warm() {
             true => FILE_PLAN,
             false => self.inner.plan_options(),
+        };
+        PlanOptions {
+            align: (self.held() != Held::Nothing).then_some(BLOCK),
+            ..plan
         }
     }
 
@@ -345,8 +196,15 @@ impl PartSource for CachedSource {
         self.inner.populates_ahead() && !self.warm()
     }
 
+    /// The store's staging, or the scratch of a cached read (a window at
+    /// most, for bytes of a piece the part does not want), whichever is
+    /// more: a part reads from the cache first, then from the store.
     fn staging_bytes(&self, part: &Part) -> u64 {
-        self.inner.staging_bytes(part)
+        let store = self.inner.staging_bytes(part);
+        match self.entry() {
+            Some(_) => store.max(WINDOW),
+            None => store,
+        }
     }
 }
 
@@ -373,13 +231,17 @@ impl RangeSource for CachedSource {
                     }
                     None => None,
                 };
-                let held = entry
+                let bytes = entry
                     .as_ref()
-                    .and_then(|e| e.with_pieces(|p| p.bytes()).ok());
-                let warm = held.is_some_and(|b| {
-                    b.saturating_mul(100) >= found.size.saturating_mul(WARM_PERCENT)
-                });
-                let _ = self.warm.set(warm);
+                    .map_or(0, |e| e.with_known_pieces(Pieces::bytes));
+                let held = match bytes {
+                    0 => Held::Nothing,
+                    b if b.saturating_mul(100) >= found.size.saturating_mul(WARM_PERCENT) => {
+                        Held::Warm
+                    }
+                    _ => Held::Some,
+                };
+                let _ = self.held.set(held);
                 let _ = self.entry.set(entry.map(Arc::new));
             }
             Ok(found)
@@ -398,9 +260,12 @@ impl RangeSource for CachedSource {
             };
             let mut buf = vec![0u8; len as usize];
             // Index reads are few and small: read on this thread.
-            let served = serve(&entry, &mut [(offset, &mut buf[..])]).map(|(f, _)| f == [true]);
-            if served.unwrap_or(false) {
-                return Ok(buf);
+            let pieces = entry.with_pieces(|p| covering(p, offset, offset + len));
+            if let Ok(Some(pieces)) = pieces {
+                let served = serve(&entry, &pieces, &mut [(offset, &mut buf[..])]);
+                if served.is_ok_and(|s| s.failed.is_empty()) {
+                    return Ok(buf);
+                }
             }
             let mut buf = self.inner.read_range(offset, len, cancel).await?;
             let _ = store(&entry, vec![(offset, &mut buf[..])]);

@@ -94,16 +94,30 @@ fn load(
     ranges: &[(u64, u64)],
     part_size: u64,
 ) -> (Vec<Vec<u8>>, PartStats) {
+    let opts = PlanOptions {
+        gap_threshold: 1 << 16,
+        part_size,
+        max_amplification: None,
+        align: None,
+    };
+    load_with(src, ranges, opts)
+}
+
+/// Loads `ranges` planned as the source asks (as a load does).
+fn load_planned(src: &Arc<CachedSource>, ranges: &[(u64, u64)]) -> (Vec<Vec<u8>>, PartStats) {
+    load_with(src, ranges, src.plan_options())
+}
+
+fn load_with(
+    src: &Arc<CachedSource>,
+    ranges: &[(u64, u64)],
+    opts: PlanOptions,
+) -> (Vec<Vec<u8>>, PartStats) {
     let wants = ranges
         .iter()
         .enumerate()
         .map(|(i, &(o, n))| Want::whole(o, n, i))
         .collect();
-    let opts = PlanOptions {
-        gap_threshold: 1 << 16,
-        part_size,
-        max_amplification: None,
-    };
     let plan = plan_reads(wants, opts).unwrap();
     let mut bufs: Vec<Vec<u8>> = ranges.iter().map(|&(_, n)| vec![0u8; n as usize]).collect();
     let slots = bufs.iter_mut().map(|b| (b.as_mut_ptr(), b.len())).collect();
@@ -152,6 +166,45 @@ fn a_second_load_reads_the_cache_and_a_third_only_what_is_missing() {
     assert_eq!(got, expect(&s, &more));
     // Two parts lack bytes: [0, 100) and the end of [3 MiB, 4 MiB).
     assert_eq!(st.bytes_fetched, MIB, "{st:?}");
+}
+
+#[test]
+fn a_warm_load_reads_each_cached_byte_once_and_refetches_only_a_damaged_range() {
+    let s = setup(20 * MIB as usize);
+    let all = [(1000, 7 * MIB), (7 * MIB + 1000, 12 * MIB)];
+    let wanted = 19 * MIB;
+    // Filled in parts that do not line up with the entry's blocks.
+    let (_, st) = load(&open(&s, "v1"), &all, 3 * MIB);
+    assert_eq!(st.bytes_fetched, wanted);
+    let src = open(&s, "v1");
+    assert_eq!(src.plan_options().align, Some(BLOCK));
+    let (got, st) = load_planned(&src, &all);
+    assert_eq!(got, expect(&s, &all));
+    assert_eq!((st.bytes_fetched, st.bytes_from_cache), (0, wanted));
+    // A cached read's scratch counts against the load's memory budget.
+    let part = Part {
+        start: 0,
+        end: MIB,
+        segments: vec![],
+        run: 0,
+    };
+    assert_eq!(src.staging_bytes(&part), WINDOW);
+    let data_file = std::fs::read_dir(&s.cache.dir)
+        .unwrap()
+        .map(|d| d.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "data"))
+        .unwrap();
+    let mut bytes = std::fs::read(&data_file).unwrap();
+    bytes[9 * MIB as usize] ^= 1;
+    std::fs::write(&data_file, &bytes).unwrap();
+    let (got, st) = load_planned(&open(&s, "v1"), &all);
+    assert_eq!(got, expect(&s, &all));
+    // Only the range the flipped byte is in (cut by the first load's parts
+    // and the blocks): less than a block, not the part around it.
+    assert!(st.bytes_fetched > 0 && st.bytes_fetched <= BLOCK, "{st:?}");
+    assert_eq!(st.bytes_fetched + st.bytes_from_cache, wanted);
+    let (_, st) = load_planned(&open(&s, "v1"), &all);
+    assert_eq!((st.bytes_fetched, st.bytes_from_cache), (0, wanted));
 }
 
 #[test]

@@ -5,9 +5,9 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
+use super::pread::{iovec, preadv_full};
 use super::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
@@ -21,11 +21,9 @@ pub const FILE_PLAN: PlanOptions = PlanOptions {
     gap_threshold: 256 * 1024,
     part_size: 8 * 1024 * 1024,
     max_amplification: None,
+    align: None,
 };
 pub const FILE_CONCURRENCY: usize = 8;
-
-/// Most iovecs one `preadv` takes (Linux's IOV_MAX).
-const MAX_IOVECS: usize = 1024;
 
 #[derive(Debug)]
 pub struct FileSource {
@@ -98,60 +96,19 @@ impl FileSource {
             }
             // SAFETY: each segment of the plan is handed out exactly once, and
             // the slices only live in `iovecs` until this function returns.
-            let buf = unsafe { dest.segment_mut(seg)? };
-            iovecs.push(libc::iovec {
-                iov_base: buf.as_mut_ptr().cast(),
-                iov_len: buf.len(),
-            });
+            iovecs.push(iovec(unsafe { dest.segment_mut(seg)? }));
             pos = seg.end();
         }
-        let mut offset = part.start;
-        let mut first = 0usize;
-        while first < iovecs.len() {
-            cancel.check()?;
-            let batch = &iovecs[first..(first + MAX_IOVECS).min(iovecs.len())];
-            // SAFETY: every iovec points into memory valid for writes of its
-            // length (a destination segment or `scratch`, both alive until we
-            // return), and `batch.len()` fits in c_int (≤ MAX_IOVECS).
-            let n = unsafe {
-                libc::preadv(
-                    self.file.as_raw_fd(),
-                    batch.as_ptr(),
-                    batch.len() as libc::c_int,
-                    offset as libc::off_t,
-                )
-            };
-            if n < 0 {
-                let err = std::io::Error::last_os_error();
-                if err.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(Error::from_io(err, "read failed")
-                    .with_range(offset..part.end)
-                    .with_uri(&self.uri));
-            }
-            if n == 0 {
-                return Err(self.truncated(offset, part.end));
-            }
-            let mut n = n as usize;
-            offset += n as u64;
-            // Drop fully read iovecs and advance into a partly read one.
-            while n > 0 && first < iovecs.len() {
-                let v = &mut iovecs[first];
-                if n >= v.iov_len {
-                    n -= v.iov_len;
-                    first += 1;
-                } else {
-                    // SAFETY: `n < iov_len`, so the advanced pointer stays in
-                    // the same region.
-                    v.iov_base = unsafe { v.iov_base.cast::<u8>().add(n).cast() };
-                    v.iov_len -= n;
-                    n = 0;
-                }
-            }
-            while first < iovecs.len() && iovecs[first].iov_len == 0 {
-                first += 1;
-            }
+        // SAFETY: every iovec points into memory valid for writes of its
+        // length (a destination segment or `scratch`, both alive until we
+        // return); gap iovecs share `scratch`, whose bytes no one reads.
+        let n = unsafe { preadv_full(&self.file, &mut iovecs, part.start) }.map_err(|e| {
+            Error::from_io(e, "read failed")
+                .with_range(part.start..part.end)
+                .with_uri(&self.uri)
+        })?;
+        if n < part.len() {
+            return Err(self.truncated(part.start + n, part.end));
         }
         drop(scratch);
         Ok(PartStats {
@@ -266,6 +223,7 @@ mod tests {
                 gap_threshold: 1000,
                 part_size: 1 << 20,
                 max_amplification: None,
+                align: None,
             },
         )
         .unwrap();
@@ -291,6 +249,7 @@ mod tests {
             gap_threshold: 0,
             part_size: 64,
             max_amplification: None,
+            align: None,
         };
         let plan = plan_reads(vec![Want::whole(0, out.len() as u64, 0)], opts).unwrap();
         // SAFETY: `out` outlives the read and is untouched meanwhile.

@@ -72,6 +72,7 @@ impl PartSource for MockSource {
             gap_threshold: 0,
             part_size: 1024,
             max_amplification: None,
+            align: None,
         }
     }
 

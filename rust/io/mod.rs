@@ -16,6 +16,7 @@ pub mod local;
 #[cfg(test)]
 pub(crate) mod mock;
 pub mod object;
+mod pread;
 mod ranged;
 pub mod retry;
 pub mod s3;

@@ -136,6 +136,7 @@ pub const NETWORK_PLAN: PlanOptions = PlanOptions {
     gap_threshold: 1024 * 1024,
     part_size: 16 * 1024 * 1024,
     max_amplification: None,
+    align: None,
 };
 /// Requests a network load starts with when none was set. An object store
 /// answers in ~20-80 ms and carries ~90 MB/s per connection, so a 100 Gb/s

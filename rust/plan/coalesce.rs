@@ -102,6 +102,12 @@ pub struct PlanOptions {
     /// ranks' rows between two wanted ranges are big and would otherwise be
     /// fetched whenever they are under `gap_threshold`.
     pub max_amplification: Option<f64>,
+    /// When set, parts are cut at the multiples of `part_size` rounded up
+    /// to a multiple of this (rather than into equal shares of their run),
+    /// so no two parts share one of its blocks: a cache entry checks its
+    /// bytes in such blocks (`io::cache::BLOCK`), and a block two parts
+    /// shared would be read and checked by both.
+    pub align: Option<u64>,
 }
 
 /// Gaps this small are always bridged: cheaper to fetch than a request.
@@ -161,14 +167,14 @@ pub fn plan_reads(mut wants: Vec<Want>, opts: PlanOptions) -> Result<ReadPlan> {
     let mut runs = 0;
     for (i, w) in wants.into_iter().enumerate() {
         if !run.is_empty() && !bridges[i - 1] {
-            split_run(&run, opts.part_size, runs, &mut plan.parts);
+            split_run(&run, &opts, runs, &mut plan.parts);
             runs += 1;
             run.clear();
         }
         run.push(w);
     }
     if !run.is_empty() {
-        split_run(&run, opts.part_size, runs, &mut plan.parts);
+        split_run(&run, &opts, runs, &mut plan.parts);
     }
     Ok(plan)
 }
@@ -200,20 +206,30 @@ fn bridges(wants: &[Want], opts: &PlanOptions) -> Vec<bool> {
 }
 
 /// Cuts one coalesced run (number `id`) into parts of nearly equal size,
-/// none above `part_size`, so the last part is not a small straggler.
-fn split_run(run: &[Want], part_size: u64, id: usize, out: &mut Vec<Part>) {
+/// none above `part_size`, so the last part is not a small straggler; or,
+/// with `align`, at fixed multiples (`PlanOptions::align`).
+fn split_run(run: &[Want], opts: &PlanOptions, id: usize, out: &mut Vec<Part>) {
     let start = run[0].offset;
     let end = run[run.len() - 1].offset + run[run.len() - 1].len;
     let total = end - start;
-    let n = total.div_ceil(part_size).max(1);
-    let step = total.div_ceil(n);
+    let next_bound: Box<dyn Fn(u64) -> u64> = match opts.align.filter(|&a| a > 0) {
+        Some(a) => {
+            let step = opts.part_size.div_ceil(a).max(1).saturating_mul(a);
+            Box::new(move |at| (at / step + 1).saturating_mul(step).min(end))
+        }
+        None => {
+            let n = total.div_ceil(opts.part_size).max(1);
+            let step = total.div_ceil(n);
+            Box::new(move |at| (at + step).min(end))
+        }
+    };
 
     let mut wants = run.iter().copied().peekable();
     // How far into the current want the previous part already consumed.
     let mut consumed = 0u64;
     let mut bound = start;
     while bound < end {
-        let part_end = (bound + step).min(end);
+        let part_end = next_bound(bound);
         let mut segments = Vec::new();
         while let Some(w) = wants.peek().copied() {
             let seg_start = w.offset + consumed;

@@ -6,6 +6,7 @@ fn opts(gap: u64, part: u64) -> PlanOptions {
         gap_threshold: gap,
         part_size: part,
         max_amplification: None,
+        align: None,
     }
 }
 
@@ -84,6 +85,25 @@ fn large_want_splits_evenly() {
 }
 
 #[test]
+fn aligned_parts_are_cut_at_multiples_of_the_part_size() {
+    let wants = vec![Want::whole(5, 100, 0)];
+    let aligned = |part, align| PlanOptions {
+        align: Some(align),
+        ..opts(0, part)
+    };
+    let cuts = |o| -> Vec<(u64, u64)> {
+        let plan = plan_reads(wants.clone(), o).unwrap();
+        plan.parts.iter().map(|p| (p.start, p.end)).collect()
+    };
+    assert_eq!(cuts(aligned(40, 8)), vec![(5, 40), (40, 80), (80, 105)]);
+    // A part size that is not a multiple of the block is rounded up to one.
+    assert_eq!(
+        cuts(aligned(30, 16)),
+        vec![(5, 32), (32, 64), (64, 96), (96, 105)]
+    );
+}
+
+#[test]
 fn overlap_is_rejected() {
     let wants = vec![Want::whole(0, 10, 0), Want::whole(5, 10, 1)];
     assert!(plan_reads(wants, opts(0, 100)).is_err());
@@ -118,14 +138,23 @@ proptest! {
     #[test]
     fn every_wanted_byte_lands_once_in_its_slot(
         wants in disjoint_wants(), gap in 0u64..100, part in 1u64..300,
+        align in prop::option::of(1u64..64),
     ) {
-        let plan = plan_reads(wants.clone(), opts(gap, part)).unwrap();
+        let plan = plan_reads(wants.clone(), PlanOptions { align, ..opts(gap, part) }).unwrap();
+        // Aligned, a part may be rounded up to the block, and no two parts
+        // of one run share one (runs apart may: a gap lies between them).
+        let most = align.map_or(part, |a| part.div_ceil(a) * a);
+        if let Some(a) = align {
+            for w in plan.parts.windows(2).filter(|w| w[0].run == w[1].run) {
+                prop_assert!((w[0].end - 1) / a < w[1].start / a, "{:?}", w);
+            }
+        }
         // Rebuild each slot from the plan's segments.
         let mut covered: Vec<Vec<bool>> = wants.iter().map(|_| Vec::new()).collect();
         for w in &wants { covered[w.slot] = vec![false; w.len as usize]; }
         let mut prev_end = 0u64;
         for p in &plan.parts {
-            prop_assert!(p.len() <= part);
+            prop_assert!(p.len() <= most);
             prop_assert!(p.start >= prev_end);
             prev_end = p.end;
             let mut seg_prev = p.start;

@@ -223,7 +223,7 @@ mod tests {
             let wants = slice_wants(&shape, itemsize as u64, base, &slice, 0).unwrap();
             // Overlapping fused ranges are legal in a spec but not in one
             // plan; only plan the specs the planner accepts.
-            let plan = match plan_reads(wants, PlanOptions { gap_threshold: gap, part_size: 17, max_amplification: None }) {
+            let plan = match plan_reads(wants, PlanOptions { gap_threshold: gap, part_size: 17, max_amplification: None, align: None }) {
                 Ok(p) => p,
                 Err(_) => return Ok(()),
             };

@@ -22,7 +22,7 @@ from typing import Any, Unpack
 import torch
 
 from .. import __version__, _location, shard, writer
-from .._options import SourceOptions, save_settings, source_options
+from .._options import StoreOptions, save_settings, source_options
 from ..errors import InvalidArgumentError
 from . import ranks as _ranks
 from .artifacts import copy_artifacts, model_directory
@@ -53,7 +53,7 @@ def save_rank(
     *,
     encryption_keyfile: str | None = None,
     processed: bool = False,
-    **opts: Unpack[SourceOptions],
+    **opts: Unpack[StoreOptions],
 ) -> dict[str, Any]:
     """Write this worker's rank of ``model`` to ``uri`` (a template or a
     directory); returns ``{"rank", "world_size", "uri", "size", "sha256"}``.
@@ -108,7 +108,7 @@ def serialize(
     *,
     encryption_keyfile: str | None = None,
     artifacts: bool = True,
-    **opts: Unpack[SourceOptions],
+    **opts: Unpack[StoreOptions],
 ) -> str:
     """Write every rank of ``llm`` (a ``vllm.LLM`` started with
     ``worker_extension_cls=WORKER_EXTENSION``) to ``uri`` (a directory or

@@ -17,12 +17,11 @@ use std::sync::Mutex;
 
 use super::lock;
 use super::manifest::{apply_records, Header, Piece, Pieces, Record};
+use super::read::{read_checked, Region, Served};
 
 /// Pieces never span a multiple of this: a load that wants a few bytes of a
 /// range another load cached reads (and checks) at most this much more.
 pub const BLOCK: u64 = 4 << 20;
-/// Bytes read and checked at once (fits a core's L2 cache).
-const CHECK_CHUNK: usize = 256 << 10;
 
 pub fn lock_path(dir: &Path, key: &str) -> PathBuf {
     dir.join(format!("{key}.lock"))
@@ -140,6 +139,13 @@ impl Entry {
         Ok(f(&state.pieces))
     }
 
+    /// Runs `f` on the pieces this process knows of (at the open, and
+    /// since): no look at the manifest, which a load that finds all it
+    /// wants there needs no more than a local file's reader needs a stat.
+    pub fn with_known_pieces<R>(&self, f: impl FnOnce(&Pieces) -> R) -> R {
+        f(&self.state.lock().unwrap_or_else(|p| p.into_inner()).pieces)
+    }
+
     fn refresh(&self, state: &mut State) -> io::Result<()> {
         let len = self.manifest.metadata()?.len();
         if len <= state.parsed {
@@ -151,24 +157,10 @@ impl Entry {
         Ok(())
     }
 
-    /// Reads `piece` into `bufs` (which together hold exactly its length,
-    /// in order) and checks it: `false` when the data file is short or the
-    /// bytes do not match the CRC the manifest recorded.
-    pub fn read_verified(&self, piece: &Piece, bufs: &mut [&mut [u8]]) -> io::Result<bool> {
-        let mut at = piece.start;
-        let mut crc = crc32fast::Hasher::new();
-        for buf in bufs.iter_mut() {
-            // Checked a chunk at a time while the chunk is still in the
-            // CPU's cache: the check then costs no second pass over memory.
-            for chunk in buf.chunks_mut(CHECK_CHUNK) {
-                if read_full_at(&self.data, chunk, at)? < chunk.len() {
-                    return Ok(false);
-                }
-                crc.update(chunk);
-                at += chunk.len() as u64;
-            }
-        }
-        Ok(at == piece.end && crc.finalize() == piece.crc)
+    /// Reads `pieces` (sorted, disjoint, present) into `regions` (sorted,
+    /// disjoint), checking each (`read::read_checked`).
+    pub fn read_checked(&self, pieces: &[Piece], regions: &mut [Region<'_>]) -> io::Result<Served> {
+        read_checked(&self.data, pieces, regions)
     }
 
     /// Stops serving `piece` (found corrupt); a later store refills it.

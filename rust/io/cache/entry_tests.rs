@@ -1,4 +1,5 @@
 use super::*;
+use crate::io::cache::read::Served;
 
 fn want(tag: &str, size: u64) -> Header {
     Header {
@@ -22,19 +23,11 @@ fn read(entry: &Entry, start: u64, end: u64) -> Option<Vec<u8>> {
                 .then(|| p.overlapping(start, end).copied().collect())
         })
         .unwrap()?;
-    let mut out = Vec::new();
-    for piece in pieces {
-        let mut buf = vec![0u8; (piece.end - piece.start) as usize];
-        if !entry.read_verified(&piece, &mut [&mut buf[..]]).unwrap() {
-            return None;
-        }
-        out.extend_from_slice(&buf);
-    }
-    let skip = (start
-        - entry
-            .with_pieces(|p| p.overlapping(start, end).next().unwrap().start)
-            .unwrap()) as usize;
-    Some(out[skip..skip + (end - start) as usize].to_vec())
+    let mut out = vec![0u8; (end - start) as usize];
+    let served = entry
+        .read_checked(&pieces, &mut [(start, &mut out[..])])
+        .unwrap();
+    served.failed.is_empty().then_some(out)
 }
 
 #[test]
@@ -100,7 +93,14 @@ fn corrupt_or_truncated_data_fails_its_check_and_a_dropped_piece_is_refilled() {
         .with_pieces(|p| *p.overlapping(0, 1).next().unwrap())
         .unwrap();
     let mut buf = vec![0u8; 1000];
-    assert!(!e.read_verified(&piece, &mut [&mut buf[..]]).unwrap());
+    let served = e.read_checked(&[piece], &mut [(0, &mut buf[..])]).unwrap();
+    assert_eq!(
+        served,
+        Served {
+            failed: vec![piece],
+            bytes: 0
+        }
+    );
     e.drop_piece(&piece).unwrap();
     assert!(read(&e, 0, 1000).is_none());
     e.store(&[Span {

@@ -8,13 +8,15 @@ mod entry;
 mod evict;
 mod lock;
 mod manifest;
+mod read;
 
 use std::path::PathBuf;
 
 use sha2::{Digest, Sha256};
 
 pub use entry::{Entry, Span, BLOCK};
-pub use manifest::Piece;
+pub use manifest::{Piece, Pieces};
+pub use read::{Region, Served, WINDOW};
 
 use crate::error::{Error, Result};
 

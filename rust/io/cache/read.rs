@@ -1,0 +1,164 @@
+//! Reading an entry's pieces into a load's memory. Each run of contiguous
+//! pieces is read a window at a time, one `preadv` per window straight into
+//! the regions it lands in, and each piece's CRC is checked right after its
+//! bytes land, while they are still in the CPU's cache. Bytes of a piece
+//! that no region wants (a gap, or a piece reaching past the part) land in
+//! scratch of at most one window and are only checked.
+
+use std::fs::File;
+use std::io;
+
+use super::manifest::Piece;
+use crate::io::pread::{iovec, preadv_full};
+
+/// A region of the object (its offset) and the memory it lands in.
+pub type Region<'a> = (u64, &'a mut [u8]);
+
+/// Bytes read, then checked, at once: they fit a core's L2 cache.
+pub const WINDOW: u64 = 256 << 10;
+
+/// What reading some pieces did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Served {
+    /// Pieces whose bytes did not check or that the data file lacks: their
+    /// bytes in the regions are not the object's.
+    pub failed: Vec<Piece>,
+    /// Bytes of the pieces that checked (read from disk, scratch included).
+    pub bytes: u64,
+}
+
+fn region_end(r: &Region<'_>) -> u64 {
+    r.0 + r.1.len() as u64
+}
+
+/// Reads `pieces` (sorted, disjoint) from the data file into `regions`
+/// (sorted, disjoint), checking each piece.
+pub fn read_checked(
+    data: &File,
+    pieces: &[Piece],
+    regions: &mut [Region<'_>],
+) -> io::Result<Served> {
+    let mut out = Served::default();
+    let mut scratch = Vec::new();
+    let mut rest = pieces;
+    while !rest.is_empty() {
+        let n = 1 + rest
+            .windows(2)
+            .take_while(|w| w[0].end == w[1].start)
+            .count();
+        let (run, next) = rest.split_at(n);
+        read_run(data, run, regions, &mut scratch, &mut out)?;
+        rest = next;
+    }
+    Ok(out)
+}
+
+/// Checks the bytes of a run of pieces as they come, in order.
+struct Check<'p> {
+    pieces: &'p [Piece],
+    at: u64,
+    crc: crc32fast::Hasher,
+}
+
+impl Check<'_> {
+    fn feed(&mut self, mut bytes: &[u8], out: &mut Served) {
+        while let Some(piece) = self.pieces.first() {
+            let take = ((piece.end - self.at) as usize).min(bytes.len());
+            self.crc.update(&bytes[..take]);
+            self.at += take as u64;
+            bytes = &bytes[take..];
+            if self.at < piece.end {
+                return;
+            }
+            let crc = std::mem::take(&mut self.crc).finalize();
+            match crc == piece.crc {
+                true => out.bytes += piece.end - piece.start,
+                false => out.failed.push(*piece),
+            }
+            self.pieces = &self.pieces[1..];
+        }
+    }
+}
+
+fn read_run(
+    data: &File,
+    run: &[Piece],
+    regions: &mut [Region<'_>],
+    scratch: &mut Vec<u8>,
+    out: &mut Served,
+) -> io::Result<()> {
+    let end = run[run.len() - 1].end;
+    let mut at = run[0].start;
+    let mut check = Check {
+        pieces: run,
+        at,
+        crc: crc32fast::Hasher::new(),
+    };
+    while at < end {
+        let to = (at + WINDOW).min(end);
+        let mut bufs = targets(regions, scratch, at, to);
+        let mut iovecs: Vec<libc::iovec> = bufs.iter_mut().map(|b| iovec(b)).collect();
+        // SAFETY: each iovec names a distinct piece of a region or of the
+        // scratch, borrowed mutably by `bufs` until the checks below.
+        let n = unsafe { preadv_full(data, &mut iovecs, at) }?;
+        drop(iovecs);
+        let mut left = n as usize;
+        for b in &bufs {
+            let k = left.min(b.len());
+            check.feed(&b[..k], out);
+            left -= k;
+        }
+        if n < to - at {
+            // The data file was cut short: nothing from here on is held.
+            out.failed.extend_from_slice(check.pieces);
+            return Ok(());
+        }
+        at = to;
+    }
+    Ok(())
+}
+
+/// The memory `[from, to)` (at most a window) lands in: the regions' bytes
+/// there, and for the bytes no region holds, distinct slices of `scratch`.
+fn targets<'a>(
+    regions: &'a mut [Region<'_>],
+    scratch: &'a mut Vec<u8>,
+    from: u64,
+    to: u64,
+) -> Vec<&'a mut [u8]> {
+    let first = regions.partition_point(|r| region_end(r) <= from);
+    let regions = &mut regions[first..];
+    let held: u64 = regions
+        .iter()
+        .take_while(|r| r.0 < to)
+        .map(|r| region_end(r).min(to) - r.0.max(from))
+        .sum();
+    if (to - from - held) as usize > scratch.len() {
+        scratch.resize(WINDOW as usize, 0);
+    }
+    let mut spare: &mut [u8] = scratch;
+    let mut take = |n: u64| -> &'a mut [u8] {
+        let (got, rest) = std::mem::take(&mut spare).split_at_mut(n as usize);
+        spare = rest;
+        got
+    };
+    let mut out = Vec::new();
+    let mut at = from;
+    for r in regions.iter_mut().take_while(|r| r.0 < to) {
+        let (a, b) = (r.0.max(from), region_end(r).min(to));
+        if a > at {
+            out.push(take(a - at));
+        }
+        let lo = (a - r.0) as usize;
+        out.push(&mut r.1[lo..lo + (b - a) as usize]);
+        at = b;
+    }
+    if at < to {
+        out.push(take(to - at));
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "read_tests.rs"]
+mod tests;

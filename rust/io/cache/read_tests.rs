@@ -1,0 +1,66 @@
+use super::*;
+use std::io::Write;
+
+const W: u64 = WINDOW;
+
+fn piece(data: &[u8], start: u64, end: u64) -> Piece {
+    Piece {
+        start,
+        end,
+        crc: crc32fast::hash(&data[start as usize..end as usize]),
+    }
+}
+
+fn file(data: &[u8]) -> File {
+    let mut f = tempfile::tempfile().unwrap();
+    f.write_all(data).unwrap();
+    f
+}
+
+#[test]
+fn regions_get_their_bytes_and_bytes_no_region_wants_are_only_checked() {
+    let data: Vec<u8> = (0..3 * W as usize)
+        .map(|i| (i * 13 + i / 999) as u8)
+        .collect();
+    let f = file(&data);
+    // One run of three pieces across window edges, and one piece apart;
+    // regions with a gap between them, one reaching no piece's end.
+    let pieces = [
+        piece(&data, 10, W - 5),
+        piece(&data, W - 5, W + 100),
+        piece(&data, W + 100, 2 * W + 7),
+        piece(&data, 2 * W + 50, 2 * W + 60),
+    ];
+    let (mut a, mut b, mut c) = (vec![0u8; 90], vec![0u8; W as usize], vec![0u8; 5]);
+    let mut regions = [
+        (20, &mut a[..]),
+        (W - 200, &mut b[..]),
+        (2 * W + 52, &mut c[..]),
+    ];
+    let served = read_checked(&f, &pieces, &mut regions).unwrap();
+    assert_eq!(served.failed, vec![]);
+    assert_eq!(served.bytes, 2 * W + 7 - 10 + 10);
+    assert_eq!(a, &data[20..110]);
+    assert_eq!(b, &data[(W - 200) as usize..(2 * W - 200) as usize]);
+    assert_eq!(c, &data[(2 * W + 52) as usize..(2 * W + 57) as usize]);
+}
+
+#[test]
+fn a_damaged_piece_fails_alone_and_a_short_file_fails_what_it_lacks() {
+    let data: Vec<u8> = (0..2 * W as usize).map(|i| (i * 7) as u8).collect();
+    let mut damaged = data.clone();
+    damaged[W as usize + 3] ^= 1;
+    let pieces = [
+        piece(&data, 0, W),
+        piece(&data, W, W + 10),
+        piece(&data, W + 10, 2 * W),
+    ];
+    let mut out = vec![0u8; 2 * W as usize];
+    let served = read_checked(&file(&damaged), &pieces, &mut [(0, &mut out[..])]).unwrap();
+    assert_eq!(served.failed, vec![pieces[1]]);
+    assert_eq!(served.bytes, 2 * W - 10);
+    let short = file(&data[..(W + 5) as usize]);
+    let served = read_checked(&short, &pieces, &mut [(0, &mut out[..])]).unwrap();
+    assert_eq!(served.failed, pieces[1..].to_vec());
+    assert_eq!(served.bytes, W);
+}
