@@ -11,7 +11,6 @@ use std::sync::{Arc, OnceLock};
 use super::cache::{CacheOptions, Entry, Pieces, BLOCK, WINDOW};
 use super::file::{FILE_CONCURRENCY, FILE_PLAN};
 use super::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource};
-use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::{Part, PlanOptions, Segment};

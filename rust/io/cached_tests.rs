@@ -3,6 +3,7 @@
 //! what the store served is its own `bytes_fetched`.
 
 use super::*;
+use crate::buffer::Destinations;
 use crate::io::FileSource;
 use crate::location::Location;
 use crate::plan::{plan_reads, Want};
