@@ -73,6 +73,17 @@ def test_load_state_dict_bit_equal(many, many_file):
     _disjoint(list(out.values()))
 
 
+def test_the_loaded_dict_saves_and_loads_back(many, many_file, tmp_path):
+    """torch.save refuses tensors that view one storage as different types,
+    and safetensors refuses overlapping ones: the blocks must pass both."""
+    out = fastshard.load_state_dict(many_file)
+    torch.save(out, tmp_path / "many.pt")
+    back = torch.load(tmp_path / "many.pt", weights_only=True)
+    save_file(out, str(tmp_path / "again.safetensors"))
+    for name, t in many.items():
+        assert_bit_equal(back[name], t)
+
+
 def test_load_into_module_bit_equal(many, many_file):
     model = torch.nn.Module()
     for name, t in many.items():
@@ -120,6 +131,8 @@ def test_empty_many_layout():
     ]
     specs += [((1024,), torch.float32)] * (_torch.SLAB_BYTES // 4096 + 3)
     tensors, views = _torch.empty_many(specs)
+    for t in tensors:  # a block holds one dtype (torch.save needs it)
+        assert all(u.dtype == t.dtype for u in tensors if _same_storage(u, t))
     for (shape, dtype), t, v in zip(specs, tensors, views, strict=True):
         assert t.shape == shape and t.dtype == dtype and t.is_contiguous()
         assert len(v) == math.prod(shape) * dtype.itemsize
@@ -131,3 +144,7 @@ def test_empty_many_layout():
     storages = {t.untyped_storage().data_ptr() for t in tensors[4:]}
     assert len(storages) == 2
     assert all(t.untyped_storage().nbytes() <= _torch.SLAB_BYTES for t in tensors)
+
+
+def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool(a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())

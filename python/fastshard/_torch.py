@@ -69,10 +69,13 @@ def empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
 # any dtype's alignment and a cache line): one allocation and one byte view per
 # block instead of a torch.empty and a numpy round trip per tensor, which is
 # what a load of thousands of small tensors spent its time on. The cap keeps
-# what one surviving tensor can pin (its whole block) small.
+# what one surviving tensor can pin (its whole block) small. A block holds one
+# dtype: torch.save refuses tensors that view one storage as different types.
 SMALL_TENSOR = 1 << 20
 SLAB_BYTES = 16 << 20
 SLAB_ALIGN = 64
+
+_Pending = list[tuple[int, tuple[int, ...], torch.dtype, int, int]]
 
 
 def empty_many(
@@ -80,11 +83,12 @@ def empty_many(
 ) -> tuple[list[torch.Tensor], list[memoryview]]:
     """New contiguous CPU tensors of ``specs`` (shape, dtype), and a writable
     byte view of each one's memory (what ``writable_bytes`` would return).
-    Small ones share blocks (never overlapping); the rest get their own."""
+    Small ones share blocks of their dtype (never overlapping); the rest get
+    their own."""
     tensors: list[torch.Tensor] = []
     views: list[memoryview] = []
-    pending: list[tuple[int, tuple[int, ...], torch.dtype, int, int]] = []
-    fill = 0
+    # The block being filled for each dtype: its tensors and bytes so far.
+    open_blocks: dict[torch.dtype, tuple[_Pending, int]] = {}
     for shape, dtype in specs:
         dims = tuple(shape)
         size = math.prod(dims) * dtype.itemsize
@@ -94,12 +98,13 @@ def empty_many(
             t = torch.empty(dims, dtype=dtype)
             tensors[-1], views[-1] = t, writable_bytes(t)
             continue
+        pending, fill = open_blocks.get(dtype, ([], 0))
         if fill + size > SLAB_BYTES:
             _carve(pending, fill, tensors, views)
             pending, fill = [], 0
         pending.append((len(tensors) - 1, dims, dtype, fill, size))
-        fill += -(-size // SLAB_ALIGN) * SLAB_ALIGN
-    if pending:
+        open_blocks[dtype] = (pending, fill + -(-size // SLAB_ALIGN) * SLAB_ALIGN)
+    for pending, fill in open_blocks.values():
         _carve(pending, fill, tensors, views)
     return tensors, views
 
@@ -109,7 +114,7 @@ _NO_VIEW = memoryview(b"")
 
 
 def _carve(
-    pending: list[tuple[int, tuple[int, ...], torch.dtype, int, int]],
+    pending: _Pending,
     fill: int,
     tensors: list[torch.Tensor],
     views: list[memoryview],

@@ -252,10 +252,12 @@ def _report(
     if not args.no_plots:
         from .. import plots
 
+        # The first measured run of each sampled loader recorded its RSS
+        # (measure.rounds), with or without a warm-up before it.
         timelines = {
-            f"{loader} ({source})": runs[1]["timeline"]
+            f"{loader} ({source})": sampled[0]["timeline"]
             for (source, loader), runs in results.items()
-            if len(runs) > 1 and "timeline" in runs[1]
+            if (sampled := [r for r in runs if "timeline" in r])
         }
         for path in plots.draw(args.out, recs, sweep["points"], timelines, title):
             print(f"wrote {path}")
