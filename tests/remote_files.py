@@ -104,6 +104,20 @@ def big_state_dict() -> dict[str, torch.Tensor]:
     }
 
 
+def two_versions(folder: Path) -> tuple[Path, Path]:
+    """Two files of the same layout and size but different bytes, loaded in
+    several parts (so reads continue after the first): an object replaced
+    mid-load."""
+    out = []
+    for seed in (1, 2):
+        sd = {f"t{i}": random_tensor(torch.float32, (256, 1024), seed * 10 + i) for i in range(6)}
+        path = folder / f"v{seed}.tensors"
+        fastshard.save(sd, path)
+        out.append(path)
+    assert out[0].stat().st_size == out[1].stat().st_size
+    return out[0], out[1]
+
+
 def _fastshard_write(obj: Any, path: Path) -> Path:
     fastshard.save(obj, path)
     return path

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import remote_files
 import torch
-from conftest import assert_bit_equal, random_tensor
+from conftest import assert_bit_equal
 from fault_proxy import FaultProxy, Faults
 from servers import MotoS3, no_range_server, require_binary
 
@@ -32,17 +33,7 @@ def _text(err: BaseException) -> str:
 
 @pytest.fixture(scope="module")
 def two_versions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """Two files of the same layout and size but different bytes (a
-    multi-part load, so reads continue after the first)."""
-    folder = tmp_path_factory.mktemp("versions")
-    out = []
-    for seed in (1, 2):
-        sd = {f"t{i}": random_tensor(torch.float32, (256, 1024), seed * 10 + i) for i in range(6)}
-        path = folder / f"v{seed}.tensors"
-        fastshard.save(sd, path)
-        out.append(path)
-    assert out[0].stat().st_size == out[1].stat().st_size
-    return out[0], out[1]
+    return remote_files.two_versions(tmp_path_factory.mktemp("versions"))
 
 
 def test_wrong_secret_is_a_fast_auth_error(s3_server, s3_server_corpus):

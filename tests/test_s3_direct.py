@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from conftest import assert_bit_equal, random_tensor
+import remote_files
+from conftest import assert_bit_equal
 from fault_proxy import FaultProxy, Faults
 from remote_files import MiB, assert_same
 
@@ -42,16 +42,7 @@ def _through(server: Any, faults: Faults | None = None) -> tuple[FaultProxy, dic
 
 @pytest.fixture(scope="module")
 def two_versions(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """Two files of the same layout and size but different bytes, loaded
-    in several parts."""
-    folder = tmp_path_factory.mktemp("direct-versions")
-    out = []
-    for seed in (1, 2):
-        sd = {f"t{i}": random_tensor(torch.float32, (256, 1024), seed * 10 + i) for i in range(6)}
-        path = folder / f"v{seed}.tensors"
-        fastshard.save(sd, path)
-        out.append(path)
-    return out[0], out[1]
+    return remote_files.two_versions(tmp_path_factory.mktemp("direct-versions"))
 
 
 def test_direct_loads_are_bit_equal_and_bypass_the_sdk(seaweed, s3_corpus, corpus, monkeypatch):

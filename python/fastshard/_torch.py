@@ -120,15 +120,13 @@ def _carve(
     views: list[memoryview],
 ) -> None:
     """One block of ``fill`` bytes holding ``pending`` (slot, shape, dtype,
-    offset, size): each tensor a view of it, each byte view a memoryview slice."""
+    offset, size; one dtype): each tensor a view of it, each byte view a
+    memoryview slice."""
     block = torch.empty(max(fill, SLAB_ALIGN), dtype=torch.uint8)
     raw = block.numpy().data
-    typed: dict[torch.dtype, torch.Tensor] = {}
+    whole = block.view(pending[0][2])  # a block holds one dtype
     strides: dict[tuple[int, ...], tuple[int, ...]] = {}
     for slot, dims, dtype, offset, size in pending:
-        whole = typed.get(dtype)
-        if whole is None:
-            whole = typed[dtype] = block.view(dtype)
         stride = strides.get(dims)
         if stride is None:
             stride = strides[dims] = _contiguous_strides(dims)

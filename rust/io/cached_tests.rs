@@ -190,14 +190,7 @@ fn a_warm_load_reads_each_cached_byte_once_and_refetches_only_a_damaged_range() 
         run: 0,
     };
     assert_eq!(src.staging_bytes(&part), WINDOW);
-    let data_file = std::fs::read_dir(&s.cache.dir)
-        .unwrap()
-        .map(|d| d.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "data"))
-        .unwrap();
-    let mut bytes = std::fs::read(&data_file).unwrap();
-    bytes[9 * MIB as usize] ^= 1;
-    std::fs::write(&data_file, &bytes).unwrap();
+    flip_byte(&cached_data_file(&s), 9 * MIB as usize, 1);
     let (got, st) = load_planned(&open(&s, "v1"), &all);
     assert_eq!(got, expect(&s, &all));
     // Only the range the flipped byte is in (cut by the first load's parts
@@ -208,19 +201,29 @@ fn a_warm_load_reads_each_cached_byte_once_and_refetches_only_a_damaged_range() 
     assert_eq!((st.bytes_fetched, st.bytes_from_cache), (0, wanted));
 }
 
+/// The cache's data file on disk (the one entry these tests make).
+fn cached_data_file(s: &Setup) -> std::path::PathBuf {
+    std::fs::read_dir(&s.cache.dir)
+        .unwrap()
+        .map(|d| d.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "data"))
+        .unwrap()
+}
+
+/// Damages a file on disk: XORs the byte at `at` with `mask`.
+fn flip_byte(path: &std::path::Path, at: usize, mask: u8) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[at] ^= mask;
+    std::fs::write(path, &bytes).unwrap();
+}
+
 #[test]
 fn corrupt_bytes_are_refetched_and_the_entry_heals() {
     let s = setup(4 * MIB as usize);
     let all = [(0, 4 * MIB)];
     load(&open(&s, "v1"), &all, MIB);
-    let data_file = std::fs::read_dir(&s.cache.dir)
-        .unwrap()
-        .map(|d| d.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "data"))
-        .unwrap();
-    let mut bytes = std::fs::read(&data_file).unwrap();
-    bytes[2 * MIB as usize + 5] ^= 0xFF;
-    std::fs::write(&data_file, &bytes).unwrap();
+    let data_file = cached_data_file(&s);
+    flip_byte(&data_file, 2 * MIB as usize + 5, 0xFF);
     let (got, st) = load(&open(&s, "v1"), &all, MIB);
     assert_eq!(got, expect(&s, &all));
     // The one piece (a part's, here) that failed its check.
