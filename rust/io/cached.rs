@@ -96,6 +96,43 @@ fn reads(missing: Vec<Segment>, gap_threshold: u64, run: usize) -> Vec<Part> {
 }
 
 impl CachedSource {
+    /// Opens the entry of the version the inner source pinned, once.
+    async fn open_entry(&self, size: u64) -> Result<()> {
+        // A store that states no version cannot tell a replaced object
+        // from the cached one: such objects are not cached.
+        let entry = match self.inner.version() {
+            Some(tag) => {
+                let (cache, id) = (self.cache.clone(), self.identity.clone());
+                tokio::task::spawn_blocking(move || cache.open(&id, &tag, size))
+                    .await
+                    .map_err(|e| Error::new(ErrorKind::Io, format!("cache task failed: {e}")))??
+            }
+            None => None,
+        };
+        let bytes = entry
+            .as_ref()
+            .map_or(0, |e| e.with_known_pieces(Pieces::bytes));
+        let held = match bytes {
+            0 => Held::Nothing,
+            b if b.saturating_mul(100) >= size.saturating_mul(WARM_PERCENT) => Held::Warm,
+            _ => Held::Some,
+        };
+        let _ = self.held.set(held);
+        let _ = self.entry.set(entry.map(Arc::new));
+        Ok(())
+    }
+
+    /// `[offset, offset + len)` from the entry, if it holds all of it and
+    /// it checks. Index reads are few and small: read on this thread.
+    fn cached(&self, offset: u64, len: u64) -> Option<Vec<u8>> {
+        let entry = self.entry()?;
+        let pieces = entry.with_pieces(|p| covering(p, offset, offset + len));
+        let pieces = pieces.ok().flatten()?;
+        let mut buf = vec![0u8; len as usize];
+        let served = serve(&entry, &pieces, &mut [(offset, &mut buf[..])]).ok()?;
+        served.failed.is_empty().then_some(buf)
+    }
+
     async fn read_part_cached(
         self: Arc<Self>,
         entry: Arc<Entry>,
@@ -214,34 +251,29 @@ impl RangeSource for CachedSource {
         cancel: &'a CancelToken,
     ) -> BoxFuture<'a, Result<Discovery>> {
         Box::pin(async move {
+            if self.entry.get().is_some() {
+                return self.inner.discover(len, cancel).await;
+            }
+            // Where the node holds this object, a HEAD pins its version and
+            // the first bytes come from the entry: a store answers a HEAD
+            // sooner than a GET (SeaweedFS: 1 ms against 5).
+            if self.cache.holds(&self.identity) {
+                if let Some(size) = self.inner.pin(cancel).await? {
+                    self.open_entry(size).await?;
+                    let want = len.max(1).min(size);
+                    if let Some(prefix) = self.cached(0, want) {
+                        return Ok(Discovery { prefix, size });
+                    }
+                }
+            }
             let found = self.inner.discover(len, cancel).await?;
             if self.entry.get().is_none() {
-                // A store that states no version cannot tell a replaced
-                // object from the cached one: such objects are not cached.
-                let entry = match self.inner.version() {
-                    Some(tag) => {
-                        let (cache, id, size) =
-                            (self.cache.clone(), self.identity.clone(), found.size);
-                        tokio::task::spawn_blocking(move || cache.open(&id, &tag, size))
-                            .await
-                            .map_err(|e| {
-                                Error::new(ErrorKind::Io, format!("cache task failed: {e}"))
-                            })??
-                    }
-                    None => None,
-                };
-                let bytes = entry
-                    .as_ref()
-                    .map_or(0, |e| e.with_known_pieces(Pieces::bytes));
-                let held = match bytes {
-                    0 => Held::Nothing,
-                    b if b.saturating_mul(100) >= found.size.saturating_mul(WARM_PERCENT) => {
-                        Held::Warm
-                    }
-                    _ => Held::Some,
-                };
-                let _ = self.held.set(held);
-                let _ = self.entry.set(entry.map(Arc::new));
+                self.open_entry(found.size).await?;
+            }
+            if let Some(entry) = self.entry() {
+                // The next load's discovery reads these from the entry.
+                let mut prefix = found.prefix.clone();
+                let _ = store(&entry, vec![(0, &mut prefix[..])]);
             }
             Ok(found)
         })
@@ -257,14 +289,8 @@ impl RangeSource for CachedSource {
             let Some(entry) = self.entry() else {
                 return self.inner.read_range(offset, len, cancel).await;
             };
-            let mut buf = vec![0u8; len as usize];
-            // Index reads are few and small: read on this thread.
-            let pieces = entry.with_pieces(|p| covering(p, offset, offset + len));
-            if let Ok(Some(pieces)) = pieces {
-                let served = serve(&entry, &pieces, &mut [(offset, &mut buf[..])]);
-                if served.is_ok_and(|s| s.failed.is_empty()) {
-                    return Ok(buf);
-                }
+            if let Some(buf) = self.cached(offset, len) {
+                return Ok(buf);
             }
             let mut buf = self.inner.read_range(offset, len, cancel).await?;
             let _ = store(&entry, vec![(offset, &mut buf[..])]);

@@ -7,10 +7,14 @@ use crate::buffer::Destinations;
 use crate::io::FileSource;
 use crate::location::Location;
 use crate::plan::{plan_reads, Want};
+use std::sync::atomic::Ordering;
 
 struct Versioned {
     file: Arc<FileSource>,
     tag: String,
+    /// Requests for the first bytes, and for the version alone.
+    discovers: std::sync::atomic::AtomicUsize,
+    pins: std::sync::atomic::AtomicUsize,
 }
 
 impl PartSource for Versioned {
@@ -30,7 +34,17 @@ impl PartSource for Versioned {
 
 impl RangeSource for Versioned {
     fn discover<'a>(&'a self, len: u64, c: &'a CancelToken) -> BoxFuture<'a, Result<Discovery>> {
+        self.discovers.fetch_add(1, Ordering::Relaxed);
         self.file.discover(len, c)
+    }
+    fn pin<'a>(&'a self, _: &'a CancelToken) -> BoxFuture<'a, Result<Option<u64>>> {
+        self.pins.fetch_add(1, Ordering::Relaxed);
+        let size = self
+            .file
+            .local_file()
+            .and_then(|f| f.metadata().ok())
+            .map(|m| m.len());
+        Box::pin(async move { Ok(size) })
     }
     fn read_range<'a>(
         &'a self,
@@ -78,15 +92,24 @@ fn rt() -> tokio::runtime::Runtime {
 
 /// A fresh source (as a new process opens one), discovered.
 fn open(s: &Setup, tag: &str) -> Arc<CachedSource> {
+    open_counted(s, tag).0
+}
+
+/// `open`, and the store behind it, whose requests are counted.
+fn open_counted(s: &Setup, tag: &str) -> (Arc<CachedSource>, Arc<Versioned>, Discovery) {
     let loc = Location::parse(s.object.to_str().unwrap()).unwrap();
     let inner = Arc::new(Versioned {
         file: Arc::new(FileSource::open(&loc).unwrap()),
         tag: tag.into(),
+        discovers: Default::default(),
+        pins: Default::default(),
     });
-    let src = Arc::new(CachedSource::new(inner, s.cache.clone(), "obj".into()));
-    rt().block_on(src.discover(16, &CancelToken::new()))
+    let store: Arc<dyn RangeSource> = inner.clone();
+    let src = Arc::new(CachedSource::new(store, s.cache.clone(), "obj".into()));
+    let found = rt()
+        .block_on(src.discover(16, &CancelToken::new()))
         .unwrap();
-    src
+    (src, inner, found)
 }
 
 /// Loads `ranges` in parts of `part_size`; their bytes and the summed stats.
@@ -165,8 +188,9 @@ fn a_second_load_reads_the_cache_and_a_third_only_what_is_missing() {
     let more = [(0, 4 * MIB), (5 * MIB, 1000)];
     let (got, st) = load(&open(&s, "v1"), &more, MIB);
     assert_eq!(got, expect(&s, &more));
-    // Two parts lack bytes: [0, 100) and the end of [3 MiB, 4 MiB).
-    assert_eq!(st.bytes_fetched, MIB, "{st:?}");
+    // Two parts lack bytes: [16, 100) (discovery cached the first 16) and
+    // the end of [3 MiB, 4 MiB).
+    assert_eq!(st.bytes_fetched, MIB - 16, "{st:?}");
 }
 
 #[test]
@@ -249,7 +273,8 @@ fn another_version_is_fetched_again_and_index_reads_are_cached_too() {
     let all = [(0, MIB)];
     load(&open(&s, "v1"), &all, MIB);
     let (_, st) = load(&open(&s, "v2"), &all, MIB);
-    assert_eq!((st.bytes_from_cache, st.bytes_fetched), (0, MIB));
+    // Only what this version's discovery read is held.
+    assert_eq!((st.bytes_from_cache, st.bytes_fetched), (16, MIB - 16));
     let src = open(&s, "v2");
     let got = rt()
         .block_on(src.read_range(10, 100, &CancelToken::new()))
@@ -261,4 +286,32 @@ fn another_version_is_fetched_again_and_index_reads_are_cached_too() {
         .block_on(src.read_range(10, 100, &CancelToken::new()))
         .unwrap();
     assert_eq!(got, &s.data[10..110]);
+}
+
+#[test]
+fn a_held_object_is_discovered_by_its_version_alone() {
+    let s = setup(MIB as usize);
+    let counts = |v: &Versioned| {
+        (
+            v.pins.load(Ordering::Relaxed),
+            v.discovers.load(Ordering::Relaxed),
+        )
+    };
+    // Nothing held: the first bytes come from the store, and stay.
+    let (_, store, found) = open_counted(&s, "v1");
+    assert_eq!(counts(&store), (0, 1));
+    assert_eq!((found.prefix.as_slice(), found.size), (&s.data[..16], MIB));
+    // Held: the version alone from the store, the first bytes from the entry.
+    let (_, store, found) = open_counted(&s, "v1");
+    assert_eq!(counts(&store), (1, 0));
+    assert_eq!((found.prefix.as_slice(), found.size), (&s.data[..16], MIB));
+    // Another version: its first bytes are asked for again.
+    let (_, store, found) = open_counted(&s, "v2");
+    assert_eq!(counts(&store), (1, 1));
+    assert_eq!(found.prefix, &s.data[..16]);
+    // A damaged first piece is not served: the store's bytes are.
+    flip_byte(&cached_data_file(&s), 3, 0xFF);
+    let (_, store, found) = open_counted(&s, "v2");
+    assert_eq!(counts(&store), (1, 1));
+    assert_eq!(found.prefix, &s.data[..16]);
 }

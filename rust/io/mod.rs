@@ -154,6 +154,14 @@ pub trait RangeSource: PartSource {
         None
     }
 
+    /// Pins the object's version with one request that carries no bytes
+    /// (a HEAD) and returns its size, for a cache that holds the first
+    /// bytes already; `None` where the source has no such request (then
+    /// `discover` pins it).
+    fn pin<'a>(&'a self, _cancel: &'a CancelToken) -> BoxFuture<'a, Result<Option<u64>>> {
+        Box::pin(async { Ok(None) })
+    }
+
     /// The version of the object pinned at discovery, as a cache keys it
     /// (a strong ETag); `None` before discovery, for local files, and where
     /// the store states none a cache could trust.

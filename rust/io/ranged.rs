@@ -113,6 +113,12 @@ pub trait RangedObject: Send + Sync + 'static {
         len: u64,
     ) -> impl Future<Output = Result<Fetched<Self::Version>>> + Send;
 
+    /// One attempt at the object's size and version alone (no bytes);
+    /// `None` where the object has no such request.
+    fn head_once(&self) -> impl Future<Output = Result<Option<Fetched<Self::Version>>>> + Send {
+        async { Ok(None) }
+    }
+
     /// One attempt at streaming `[start, end)` into `sink`.
     fn stream(
         &self,
@@ -210,6 +216,21 @@ impl<T: RangedObject> RangeSource for T {
                 prefix: got.bytes,
                 size,
             })
+        })
+    }
+
+    fn pin<'a>(&'a self, cancel: &'a CancelToken) -> BoxFuture<'a, Result<Option<u64>>> {
+        Box::pin(async move {
+            let policy = &self.remote().policy;
+            let Some(got) = retrying(policy, cancel, || self.head_once()).await? else {
+                return Ok(None);
+            };
+            let Some(size) = got.total else {
+                return Ok(None);
+            };
+            self.remote().check_version(&got.version, 0..size)?;
+            let _ = self.remote().pinned.set(got.version);
+            Ok(Some(size))
         })
     }
 

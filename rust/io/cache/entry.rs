@@ -7,7 +7,9 @@
 //! Bytes are written before the record that lists them, records are
 //! appended whole under a lock, and a manifest is replaced only by a rename:
 //! a reader sees a range only once it is complete, and checks its CRC as it
-//! reads it, so a torn, truncated or corrupted entry is never served.
+//! reads it (or knows by its seal that it checked before and the data file
+//! has not changed since), so a torn, truncated or corrupted entry is never
+//! served.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -18,6 +20,7 @@ use std::sync::Mutex;
 use super::lock;
 use super::manifest::{apply_records, Header, Piece, Pieces, Record};
 use super::read::{read_checked, Region, Served};
+use super::seal::seal_of;
 
 /// Pieces never span a multiple of this: a load that wants a few bytes of a
 /// range another load cached reads (and checks) at most this much more.
@@ -27,7 +30,7 @@ pub fn lock_path(dir: &Path, key: &str) -> PathBuf {
     dir.join(format!("{key}.lock"))
 }
 
-fn manifest_path(dir: &Path, key: &str) -> PathBuf {
+pub(super) fn manifest_path(dir: &Path, key: &str) -> PathBuf {
     dir.join(format!("{key}.manifest"))
 }
 
@@ -158,9 +161,30 @@ impl Entry {
     }
 
     /// Reads `pieces` (sorted, disjoint, present) into `regions` (sorted,
-    /// disjoint), checking each (`read::read_checked`).
+    /// disjoint), checking each (`read::read_checked`) unless it checked
+    /// under the data file's seal now; seals those that checked.
     pub fn read_checked(&self, pieces: &[Piece], regions: &mut [Region<'_>]) -> io::Result<Served> {
-        read_checked(&self.data, pieces, regions)
+        // Taken before the read: a write during it changes the file's seal,
+        // so what this read checked is never sealed as the new state.
+        let seal = seal_of(&self.data);
+        let trusted: Vec<bool> = self.with_known_pieces(|known| {
+            pieces
+                .iter()
+                .map(|p| seal.is_some() && known.seal_of(p) == seal)
+                .collect()
+        });
+        let served = read_checked(&self.data, pieces, &trusted, regions)?;
+        if let (Some(seal), false) = (seal, served.checked.is_empty()) {
+            let records = served.checked.iter().map(|p| Record::Sealed {
+                start: p.start,
+                len: p.end - p.start,
+                seal,
+            });
+            let records: Vec<Record> = records.collect();
+            // A seal not written costs the next load a check, nothing more.
+            let _ = self.append(|_| Ok(records));
+        }
+        Ok(served)
     }
 
     /// Stops serving `piece` (found corrupt); a later store refills it.

@@ -98,7 +98,8 @@ fn corrupt_or_truncated_data_fails_its_check_and_a_dropped_piece_is_refilled() {
         served,
         Served {
             failed: vec![piece],
-            bytes: 0
+            bytes: 0,
+            checked: vec![],
         }
     );
     e.drop_piece(&piece).unwrap();
@@ -216,4 +217,58 @@ fn writers_on_many_threads_leave_one_consistent_entry() {
         records < 200,
         "ranges are listed once each, not once per writer"
     );
+}
+
+/// Reads the whole of `data` through `e`: what it served, and the pieces
+/// whose CRC it computed.
+fn read_all(e: &Entry, size: u64) -> (Vec<u8>, Served) {
+    let pieces: Vec<Piece> = e
+        .with_pieces(|p| p.overlapping(0, size).copied().collect())
+        .unwrap();
+    let mut out = vec![0u8; size as usize];
+    let served = e.read_checked(&pieces, &mut [(0, &mut out[..])]).unwrap();
+    (out, served)
+}
+
+#[test]
+fn a_settled_checked_piece_is_sealed_until_its_data_file_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let size = BLOCK + 100;
+    let data = bytes(size as usize);
+    let e = Entry::open(dir.path(), "k", &want("v1", size))
+        .unwrap()
+        .unwrap();
+    let span = || Span {
+        start: 0,
+        bufs: vec![&data[..]],
+    };
+    e.store(&[span()]).unwrap();
+    // Just written: checked, and not sealed (the file has not settled).
+    let (out, served) = read_all(&e, size);
+    assert_eq!((out.as_slice(), served.checked.len()), (&data[..], 2));
+    std::thread::sleep(super::super::seal::SETTLE * 2);
+    let (_, served) = read_all(&e, size);
+    assert_eq!(served.checked.len(), 2, "checked once more, then sealed");
+    // Another process sees the seals: it trusts what checked.
+    let other = Entry::open(dir.path(), "k", &want("v1", size))
+        .unwrap()
+        .unwrap();
+    let (out, served) = read_all(&other, size);
+    assert_eq!(out, data);
+    assert_eq!((served.checked.len(), served.bytes), (0, size));
+    // Any write to the data file breaks every seal: the damage is found.
+    let path = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|d| d.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "data"))
+        .unwrap();
+    OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .write_all_at(&[!data[7]], 7)
+        .unwrap();
+    let (_, served) = read_all(&other, size);
+    assert_eq!(served.failed.len(), 1);
+    assert_eq!(served.checked.len(), 1);
 }

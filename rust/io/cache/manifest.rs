@@ -4,15 +4,20 @@
 //! generation, then fixed-size records, each checked by a CRC of its own.
 //! A record torn by a crash (or any byte that does not check) ends the log:
 //! what follows is never trusted, so a range is served only once its bytes
-//! were written and its record appended whole.
+//! were written and its record appended whole. A piece whose CRC checked
+//! may later be sealed (`seal`): while the data file keeps that seal, its
+//! bytes need no second check.
 
 use std::collections::BTreeMap;
 
-const MAGIC: &[u8; 8] = b"FSCACHE1";
+// 2: seal records. An older reader would stop at the first one and
+// refetch everything after it; a new magic makes it start afresh instead.
+const MAGIC: &[u8; 8] = b"FSCACHE2";
 /// kind (1) + start (8) + len (8) + data CRC (4) + record CRC (4).
 pub const RECORD_LEN: usize = 25;
 const PIECE: u8 = 1;
 const DROPPED: u8 = 2;
+const SEALED: u8 = 3;
 
 /// Which object an entry holds, and which data file holds its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,12 +103,14 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// One line of the log: a range now present (with its bytes' CRC), or a
-/// range found corrupt and no longer served.
+/// One line of the log: a range now present (with its bytes' CRC), a
+/// range found corrupt and no longer served, or a present piece whose bytes
+/// checked while the data file had the seal `seal`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Record {
     Piece { start: u64, len: u64, crc: u32 },
     Dropped { start: u64, len: u64 },
+    Sealed { start: u64, len: u64, seal: u32 },
 }
 
 impl Record {
@@ -111,6 +118,7 @@ impl Record {
         let (kind, start, len, crc) = match *self {
             Record::Piece { start, len, crc } => (PIECE, start, len, crc),
             Record::Dropped { start, len } => (DROPPED, start, len, 0),
+            Record::Sealed { start, len, seal } => (SEALED, start, len, seal),
         };
         let mut out = [0u8; RECORD_LEN];
         out[0] = kind;
@@ -132,6 +140,11 @@ impl Record {
         match b[0] {
             PIECE => Some(Record::Piece { start, len, crc }),
             DROPPED => Some(Record::Dropped { start, len }),
+            SEALED => Some(Record::Sealed {
+                start,
+                len,
+                seal: crc,
+            }),
             _ => None,
         }
     }
@@ -145,10 +158,12 @@ pub struct Piece {
     pub crc: u32,
 }
 
-/// The ranges present: disjoint, keyed by start.
+/// The ranges present: disjoint, keyed by start; and the last seal each
+/// was checked under.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pieces {
     map: BTreeMap<u64, Piece>,
+    sealed: BTreeMap<u64, u32>,
 }
 
 impl Pieces {
@@ -170,9 +185,23 @@ impl Pieces {
                 let gone: Vec<u64> = self.overlapping(start, end).map(|p| p.start).collect();
                 for s in gone {
                     self.map.remove(&s);
+                    self.sealed.remove(&s);
+                }
+            }
+            Record::Sealed { start, len, seal } => {
+                // Only for the very piece that checked, still present.
+                if self.map.get(&start).is_some_and(|p| p.end - p.start == len) {
+                    self.sealed.insert(start, seal);
                 }
             }
         }
+    }
+
+    /// The seal `piece` was last checked under, if it is still present.
+    pub fn seal_of(&self, piece: &Piece) -> Option<u32> {
+        (self.map.get(&piece.start) == Some(piece))
+            .then(|| self.sealed.get(&piece.start).copied())
+            .flatten()
     }
 
     /// The pieces that share a byte with `[start, end)`, in order.

@@ -87,6 +87,11 @@ fn arb_record() -> impl Strategy<Value = Record> {
             crc
         }),
         (0u64..2000, 0u64..300).prop_map(|(start, len)| Record::Dropped { start, len }),
+        (0u64..2000, 0u64..300, any::<u32>()).prop_map(|(start, len, seal)| Record::Sealed {
+            start,
+            len,
+            seal
+        }),
     ]
 }
 
@@ -118,6 +123,8 @@ fn model(records: &[Record], size: u64) -> Vec<Option<u32>> {
                     }
                 }
             }
+            // Seals say nothing of which bytes are present.
+            Record::Sealed { .. } => {}
         }
     }
     bytes.into_iter().map(|b| b.map(|(_, c)| c)).collect()
@@ -170,4 +177,32 @@ proptest! {
         let bytes = h.encode();
         prop_assert_eq!(Header::decode(&bytes), Some((h, bytes.len())));
     }
+}
+
+#[test]
+fn a_seal_holds_for_its_own_piece_until_the_piece_is_dropped() {
+    let mut p = Pieces::default();
+    let sealed = |start, len| Record::Sealed {
+        start,
+        len,
+        seal: 9,
+    };
+    // A seal of a piece not present, or of another length, is ignored.
+    for rec in [sealed(0, 10), piece(0, 10), sealed(0, 5), piece(20, 10)] {
+        p.apply(rec, 100);
+    }
+    let first = *p.overlapping(0, 1).next().unwrap();
+    let second = *p.overlapping(20, 21).next().unwrap();
+    assert_eq!(p.seal_of(&first), None);
+    p.apply(sealed(0, 10), 100);
+    p.apply(sealed(20, 10), 100);
+    assert_eq!(p.seal_of(&first), Some(9));
+    // A piece of another CRC at the same place is not the sealed one.
+    assert_eq!(p.seal_of(&Piece { crc: 1, ..first }), None);
+    p.apply(Record::Dropped { start: 0, len: 1 }, 100);
+    p.apply(piece(0, 10), 100);
+    assert_eq!(p.seal_of(&first), None);
+    assert_eq!(p.seal_of(&second), Some(9));
+    let rec = sealed(3, 4);
+    assert_eq!(Record::decode(&rec.encode()), Some(rec));
 }

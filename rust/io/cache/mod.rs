@@ -9,6 +9,7 @@ mod evict;
 mod lock;
 mod manifest;
 mod read;
+mod seal;
 
 use std::path::PathBuf;
 
@@ -54,6 +55,12 @@ impl CacheOptions {
             (None, None) => None,
         };
         Ok(Some(CacheOptions { dir, max_bytes }))
+    }
+
+    /// Whether the node holds some version of the object `identity` names
+    /// (one look at the directory, no lock).
+    pub fn holds(&self, identity: &str) -> bool {
+        entry::manifest_path(&self.dir, &key_of(identity)).exists()
     }
 
     /// Opens (or makes) the entry of one object version, evicting others

@@ -1,7 +1,8 @@
 //! Reading an entry's pieces into a load's memory. Each run of contiguous
 //! pieces is read a window at a time, one `preadv` per window straight into
 //! the regions it lands in, and each piece's CRC is checked right after its
-//! bytes land, while they are still in the CPU's cache. Bytes of a piece
+//! bytes land, while they are still in the CPU's cache, unless the piece is
+//! trusted (sealed: `seal`), which saves a fifth of the read. Bytes of a piece
 //! that no region wants (a gap, or a piece reaching past the part) land in
 //! scratch of at most one window and are only checked.
 
@@ -25,6 +26,8 @@ pub struct Served {
     pub failed: Vec<Piece>,
     /// Bytes of the pieces that checked (read from disk, scratch included).
     pub bytes: u64,
+    /// The pieces whose CRC was computed and checked (not the trusted ones).
+    pub checked: Vec<Piece>,
 }
 
 fn region_end(r: &Region<'_>) -> u64 {
@@ -32,23 +35,33 @@ fn region_end(r: &Region<'_>) -> u64 {
 }
 
 /// Reads `pieces` (sorted, disjoint) from the data file into `regions`
-/// (sorted, disjoint), checking each piece.
+/// (sorted, disjoint), checking each piece but those `trusted` marks (one
+/// flag per piece).
 pub fn read_checked(
     data: &File,
     pieces: &[Piece],
+    trusted: &[bool],
     regions: &mut [Region<'_>],
 ) -> io::Result<Served> {
+    assert_eq!(pieces.len(), trusted.len(), "one flag per piece");
     let mut out = Served::default();
     let mut scratch = Vec::new();
-    let mut rest = pieces;
+    let (mut rest, mut flags) = (pieces, trusted);
     while !rest.is_empty() {
         let n = 1 + rest
             .windows(2)
             .take_while(|w| w[0].end == w[1].start)
             .count();
         let (run, next) = rest.split_at(n);
-        read_run(data, run, regions, &mut scratch, &mut out)?;
-        rest = next;
+        let (run_flags, next_flags) = flags.split_at(n);
+        let check = Check {
+            pieces: run,
+            trusted: run_flags,
+            at: run[0].start,
+            crc: crc32fast::Hasher::new(),
+        };
+        read_run(data, check, regions, &mut scratch, &mut out)?;
+        (rest, flags) = (next, next_flags);
     }
     Ok(out)
 }
@@ -56,44 +69,47 @@ pub fn read_checked(
 /// Checks the bytes of a run of pieces as they come, in order.
 struct Check<'p> {
     pieces: &'p [Piece],
+    trusted: &'p [bool],
     at: u64,
     crc: crc32fast::Hasher,
 }
 
 impl Check<'_> {
     fn feed(&mut self, mut bytes: &[u8], out: &mut Served) {
-        while let Some(piece) = self.pieces.first() {
+        while let (Some(piece), Some(&trusted)) = (self.pieces.first(), self.trusted.first()) {
             let take = ((piece.end - self.at) as usize).min(bytes.len());
-            self.crc.update(&bytes[..take]);
+            if !trusted {
+                self.crc.update(&bytes[..take]);
+            }
             self.at += take as u64;
             bytes = &bytes[take..];
             if self.at < piece.end {
                 return;
             }
             let crc = std::mem::take(&mut self.crc).finalize();
-            match crc == piece.crc {
-                true => out.bytes += piece.end - piece.start,
-                false => out.failed.push(*piece),
+            if trusted {
+                out.bytes += piece.end - piece.start;
+            } else if crc == piece.crc {
+                out.bytes += piece.end - piece.start;
+                out.checked.push(*piece);
+            } else {
+                out.failed.push(*piece);
             }
             self.pieces = &self.pieces[1..];
+            self.trusted = &self.trusted[1..];
         }
     }
 }
 
 fn read_run(
     data: &File,
-    run: &[Piece],
+    mut check: Check<'_>,
     regions: &mut [Region<'_>],
     scratch: &mut Vec<u8>,
     out: &mut Served,
 ) -> io::Result<()> {
-    let end = run[run.len() - 1].end;
-    let mut at = run[0].start;
-    let mut check = Check {
-        pieces: run,
-        at,
-        crc: crc32fast::Hasher::new(),
-    };
+    let end = check.pieces[check.pieces.len() - 1].end;
+    let mut at = check.at;
     while at < end {
         let to = (at + WINDOW).min(end);
         let mut bufs = targets(regions, scratch, at, to);

@@ -37,8 +37,9 @@ fn regions_get_their_bytes_and_bytes_no_region_wants_are_only_checked() {
         (W - 200, &mut b[..]),
         (2 * W + 52, &mut c[..]),
     ];
-    let served = read_checked(&f, &pieces, &mut regions).unwrap();
+    let served = read_checked(&f, &pieces, &[false; 4], &mut regions).unwrap();
     assert_eq!(served.failed, vec![]);
+    assert_eq!(served.checked, pieces.to_vec());
     assert_eq!(served.bytes, 2 * W + 7 - 10 + 10);
     assert_eq!(a, &data[20..110]);
     assert_eq!(b, &data[(W - 200) as usize..(2 * W - 200) as usize]);
@@ -56,11 +57,34 @@ fn a_damaged_piece_fails_alone_and_a_short_file_fails_what_it_lacks() {
         piece(&data, W + 10, 2 * W),
     ];
     let mut out = vec![0u8; 2 * W as usize];
-    let served = read_checked(&file(&damaged), &pieces, &mut [(0, &mut out[..])]).unwrap();
+    let served = read_checked(
+        &file(&damaged),
+        &pieces,
+        &[false; 3],
+        &mut [(0, &mut out[..])],
+    )
+    .unwrap();
     assert_eq!(served.failed, vec![pieces[1]]);
     assert_eq!(served.bytes, 2 * W - 10);
     let short = file(&data[..(W + 5) as usize]);
-    let served = read_checked(&short, &pieces, &mut [(0, &mut out[..])]).unwrap();
+    let served = read_checked(&short, &pieces, &[false; 3], &mut [(0, &mut out[..])]).unwrap();
     assert_eq!(served.failed, pieces[1..].to_vec());
     assert_eq!(served.bytes, W);
+}
+
+#[test]
+fn trusted_pieces_are_read_without_their_check() {
+    let data: Vec<u8> = (0..2 * W as usize).map(|i| (i * 5) as u8).collect();
+    let mut damaged = data.clone();
+    damaged[10] ^= 1;
+    damaged[W as usize + 10] ^= 1;
+    let pieces = [piece(&data, 0, W), piece(&data, W, 2 * W)];
+    let mut out = vec![0u8; 2 * W as usize];
+    let f = file(&damaged);
+    let served = read_checked(&f, &pieces, &[true, false], &mut [(0, &mut out[..])]).unwrap();
+    // The trusted piece is served as it is on disk; the other one fails.
+    assert_eq!(served.failed, vec![pieces[1]]);
+    assert_eq!(served.checked, vec![]);
+    assert_eq!(served.bytes, W);
+    assert_eq!(out[..W as usize], damaged[..W as usize]);
 }

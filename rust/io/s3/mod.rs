@@ -126,6 +126,23 @@ impl RangedObject for S3Source {
         })
     }
 
+    async fn head_once(&self) -> Result<Option<Fetched<ETag>>> {
+        let c = self.target.client().await?;
+        let out = c
+            .client
+            .head_object()
+            .bucket(&self.target.bucket)
+            .key(&self.target.key)
+            .send()
+            .await
+            .map_err(|e| errors::map(e, c.creds))?;
+        Ok(Some(Fetched {
+            bytes: Vec::new(),
+            total: out.content_length().and_then(|l| u64::try_from(l).ok()),
+            version: ETag(out.e_tag().map(str::to_string)),
+        }))
+    }
+
     /// One ranged GET, streamed into `sink`.
     async fn stream(&self, start: u64, end: u64, sink: &mut PartSink<'_>) -> Result<()> {
         if let Some(direct) = self.direct.as_ref().filter(|d| d.active()) {
