@@ -103,8 +103,10 @@ pub fn write_file_with(
     opts: &SourceOptions,
     cancel: &CancelToken,
 ) -> Result<(u64, Option<[u8; 32]>)> {
-    // gs:// is read-only here for now: its emulator takes no XML-API uploads
-    // to test a writer against.
+    // gs:// is read-only for now: object_store writes GCS objects through the
+    // XML API (PUT, or POST ?uploads for multipart), and fake-gcs-server
+    // (1.54 as packaged, and its newest release) answers both with 400
+    // "invalid uploadType", so there is no emulator to test a writer against.
     if !matches!(loc.kind(), Kind::File | Kind::S3) {
         return Err(Error::new(
             ErrorKind::Unsupported,
