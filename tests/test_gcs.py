@@ -57,6 +57,21 @@ def test_big_object_in_many_ranged_reads(gcs, gcs_corpus):
     assert c.tensor_bytes <= stats.bytes_fetched <= 1.01 * c.size
 
 
+def test_a_second_load_reads_the_node_cache(gcs, gcs_corpus, tmp_path):
+    c = gcs_corpus["tz-big"]
+    opts = gcs.opts(cache_dir=tmp_path / "cache")
+    first = fastshard.open(c.uris["gs"], **opts)
+    with first:
+        assert_same(first.load_state_dict(), c.source)
+    with fastshard.open(c.uris["gs"], verify_hash=True, **opts) as f:
+        out = f.load_state_dict()
+        stats = f.stats
+    assert_same(out, c.source)
+    # Discovery pinned the version with a HEAD: nothing else from the store.
+    assert (stats.bytes_fetched, stats.requests) == (0, 0)
+    assert stats.bytes_from_cache == first.stats.bytes_fetched
+
+
 @pytest.mark.parametrize("rank", [0, 1])
 def test_tensor_parallel_slices(gcs, gcs_corpus, rank):
     c = gcs_corpus["tz-big"]

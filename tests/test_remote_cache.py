@@ -11,12 +11,14 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from conftest import assert_bit_equal, random_tensor
+from fault_proxy import FaultProxy
 
 import fastshard
 
@@ -83,6 +85,31 @@ def test_a_second_load_reads_the_cache_alone(seaweed, big, tmp_path) -> None:
     assert len(manifests) == len(data) == 1
 
 
+@pytest.mark.parametrize("store", ["s3", "http"])
+def test_a_held_object_costs_the_store_one_head(seaweed, nginx, tmp_path, store) -> None:
+    sd = state(3, 8)
+    path = tmp_path / "small.tensors"
+    fastshard.save(sd, path)
+    if store == "s3":
+        uri, port = seaweed.upload(path, "cache/small.tensors"), seaweed.s3_port
+    else:
+        uri, port = nginx.publish(path, "cache/small.tensors"), nginx.port
+    with FaultProxy(port) as proxy:  # pass-through; logs each request
+        opts: dict[str, Any] = {"cache_dir": tmp_path / "cache"}
+        if store == "s3":
+            opts = seaweed.opts(s3_endpoint=proxy.endpoint, **opts)
+        else:
+            uri = uri.replace(f":{port}/", f":{proxy.port}/")
+        assert_equal(load(uri, **opts)[0], sd)
+        proxy.reset_log()
+        got, st = load(uri, **opts)
+        log = proxy.reset_log()
+    assert_equal(got, sd)
+    assert st.bytes_fetched == 0
+    # Discovery asked for the version alone; the index came from the entry.
+    assert [method for method, _, _ in log.seen] == ["HEAD"]
+
+
 def test_the_environment_variable_turns_the_cache_on(seaweed, big, tmp_path, monkeypatch):
     uri, sd = big
     monkeypatch.setenv("FASTSHARD_CACHE_DIR", str(tmp_path / "env-cache"))
@@ -103,6 +130,10 @@ def test_the_environment_variable_turns_the_cache_on(seaweed, big, tmp_path, mon
 def test_a_damaged_entry_is_detected_and_refetched(seaweed, big, tmp_path, damage) -> None:
     uri, sd = big
     opts = seaweed.opts(cache_dir=tmp_path / "cache")
+    load(uri, **opts)
+    # A load once the entry has settled checks every piece and seals it
+    # (rust/io/cache/seal.rs): the damage below must break the seals.
+    time.sleep(0.3)
     load(uri, **opts)
     _, (data,) = entries(tmp_path / "cache")
     with open(data, "r+b") as f:

@@ -2,7 +2,9 @@
 //! through reqwest. Query strings are never shown in errors, since a
 //! presigned URL's signature is a credential.
 
-use reqwest::header::{HeaderMap, HeaderName, CONTENT_RANGE, ETAG, IF_MATCH, LAST_MODIFIED, RANGE};
+use reqwest::header::{
+    HeaderMap, HeaderName, CONTENT_LENGTH, CONTENT_RANGE, ETAG, IF_MATCH, LAST_MODIFIED, RANGE,
+};
 use reqwest::StatusCode;
 
 use super::capped::CappedBody;
@@ -220,6 +222,31 @@ impl RangedObject for HttpSource {
 
     fn remote(&self) -> &Remote<Pin> {
         &self.remote
+    }
+
+    /// A HEAD; a server that answers it with anything but 200 (some
+    /// refuse the method) leaves discovery to a GET.
+    async fn head_once(&self) -> Result<Option<Fetched<Pin>>> {
+        let resp = self
+            .client()?
+            .head(&self.url)
+            .send()
+            .await
+            .map_err(|e| transport_error(&e))?;
+        if resp.status() != StatusCode::OK {
+            return Ok(None);
+        }
+        // The header, not the body's length: a HEAD's body is empty.
+        let total = resp
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok());
+        Ok(Some(Fetched {
+            bytes: Vec::new(),
+            total,
+            version: Pin::of(resp.headers()),
+        }))
     }
 
     async fn get_once(&self, start: u64, len: u64) -> Result<Fetched<Pin>> {

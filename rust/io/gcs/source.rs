@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
-use object_store::{GetOptions, GetRange, GetResult, ObjectStore};
+use object_store::{GetOptions, GetRange, GetResult, ObjectStore, ObjectStoreExt};
 
 use super::{client, GcsOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -118,6 +118,15 @@ impl RangedObject for GcsSource {
             total,
             version,
         })
+    }
+
+    async fn head_once(&self) -> Result<Option<Fetched<ETag>>> {
+        let meta = self.store.head(&self.path).await.map_err(map)?;
+        Ok(Some(Fetched {
+            bytes: Vec::new(),
+            total: Some(meta.size),
+            version: ETag(meta.e_tag),
+        }))
     }
 
     async fn stream(&self, start: u64, end: u64, sink: &mut PartSink<'_>) -> Result<()> {
