@@ -16,7 +16,12 @@ use crate::io::pread::{iovec, preadv_full};
 pub type Region<'a> = (u64, &'a mut [u8]);
 
 /// Bytes read, then checked, at once: they fit a core's L2 cache.
-pub const WINDOW: u64 = 256 << 10;
+const CHECKED_WINDOW: u64 = 256 << 10;
+/// Bytes read at once where no check follows: fewer calls (a sealed 512 MiB
+/// entry read 4-8% faster in 2 MiB reads than in 256 KiB ones).
+const TRUSTED_WINDOW: u64 = 2 << 20;
+/// The most scratch a read needs (bytes no region wants, a window's worth).
+pub const WINDOW: u64 = TRUSTED_WINDOW;
 
 /// What reading some pieces did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -109,9 +114,13 @@ fn read_run(
     out: &mut Served,
 ) -> io::Result<()> {
     let end = check.pieces[check.pieces.len() - 1].end;
+    let window = match check.trusted.iter().all(|&t| t) {
+        true => TRUSTED_WINDOW,
+        false => CHECKED_WINDOW,
+    };
     let mut at = check.at;
     while at < end {
-        let to = (at + WINDOW).min(end);
+        let to = (at + window).min(end);
         let mut bufs = targets(regions, scratch, at, to);
         let mut iovecs: Vec<libc::iovec> = bufs.iter_mut().map(|b| iovec(b)).collect();
         // SAFETY: each iovec names a distinct piece of a region or of the
@@ -150,7 +159,7 @@ fn targets<'a>(
         .map(|r| region_end(r).min(to) - r.0.max(from))
         .sum();
     if (to - from - held) as usize > scratch.len() {
-        scratch.resize(WINDOW as usize, 0);
+        scratch.resize((to - from) as usize, 0);
     }
     let mut spare: &mut [u8] = scratch;
     let mut take = |n: u64| -> &'a mut [u8] {

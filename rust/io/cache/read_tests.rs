@@ -1,7 +1,7 @@
 use super::*;
 use std::io::Write;
 
-const W: u64 = WINDOW;
+const W: u64 = CHECKED_WINDOW;
 
 fn piece(data: &[u8], start: u64, end: u64) -> Piece {
     Piece {
@@ -87,4 +87,26 @@ fn trusted_pieces_are_read_without_their_check() {
     assert_eq!(served.checked, vec![]);
     assert_eq!(served.bytes, W);
     assert_eq!(out[..W as usize], damaged[..W as usize]);
+}
+
+#[test]
+fn a_trusted_run_is_read_in_large_windows_gaps_included() {
+    let n = 2 * TRUSTED_WINDOW + 3 * W;
+    let data: Vec<u8> = (0..n as usize).map(|i| (i * 11 + i / 4099) as u8).collect();
+    let f = file(&data);
+    let pieces = [
+        piece(&data, 0, TRUSTED_WINDOW + 5),
+        piece(&data, TRUSTED_WINDOW + 5, n),
+    ];
+    // Two regions with a gap wider than a checked window between them.
+    let (lo, hi) = (100, TRUSTED_WINDOW + 2 * W);
+    let (mut a, mut b) = (vec![0u8; (lo + 10) as usize], vec![0u8; (n - hi) as usize]);
+    let mut regions = [(0, &mut a[..]), (hi, &mut b[..])];
+    let served = read_checked(&f, &pieces, &[true, true], &mut regions).unwrap();
+    assert_eq!(
+        (served.failed.len(), served.checked.len(), served.bytes),
+        (0, 0, n)
+    );
+    assert_eq!(a, &data[..(lo + 10) as usize]);
+    assert_eq!(b, &data[hi as usize..]);
 }
