@@ -14,6 +14,28 @@ fn bytes(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 7 + 3) as u8).collect()
 }
 
+/// An entry of `tag` (opened in `dir`) holding all of `data`.
+fn filled(dir: &Path, tag: &str, data: &[u8]) -> Entry {
+    let e = Entry::open(dir, "k", &want(tag, data.len() as u64))
+        .unwrap()
+        .unwrap();
+    e.store(&[Span {
+        start: 0,
+        bufs: vec![data],
+    }])
+    .unwrap();
+    e
+}
+
+/// The (one) data file in `dir`.
+fn data_file(dir: &Path) -> PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|d| d.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "data"))
+        .unwrap()
+}
+
 /// Reads `[start, end)` through the entry, `None` unless every piece
 /// under it is present and checks.
 fn read(entry: &Entry, start: u64, end: u64) -> Option<Vec<u8>> {
@@ -74,20 +96,11 @@ fn stored_spans_are_read_back_by_another_opener_and_split_at_blocks() {
 fn corrupt_or_truncated_data_fails_its_check_and_a_dropped_piece_is_refilled() {
     let dir = tempfile::tempdir().unwrap();
     let data = bytes(1000);
-    let e = Entry::open(dir.path(), "k", &want("v1", 1000))
-        .unwrap()
+    let e = filled(dir.path(), "v1", &data);
+    let f = OpenOptions::new()
+        .write(true)
+        .open(data_file(dir.path()))
         .unwrap();
-    e.store(&[Span {
-        start: 0,
-        bufs: vec![&data],
-    }])
-    .unwrap();
-    let data_file = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|d| d.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "data"))
-        .unwrap();
-    let f = OpenOptions::new().write(true).open(&data_file).unwrap();
     f.write_all_at(&[0xFF], 500).unwrap();
     let piece = e
         .with_pieces(|p| *p.overlapping(0, 1).next().unwrap())
@@ -121,14 +134,7 @@ fn corrupt_or_truncated_data_fails_its_check_and_a_dropped_piece_is_refilled() {
 fn a_new_version_replaces_the_entry_unless_the_old_one_is_open() {
     let dir = tempfile::tempdir().unwrap();
     let data = bytes(100);
-    let old = Entry::open(dir.path(), "k", &want("v1", 100))
-        .unwrap()
-        .unwrap();
-    old.store(&[Span {
-        start: 0,
-        bufs: vec![&data],
-    }])
-    .unwrap();
+    let old = filled(dir.path(), "v1", &data);
     // Another process holds v1 open: v2 is not cached meanwhile.
     assert!(Entry::open(dir.path(), "k", &want("v2", 100))
         .unwrap()
@@ -235,14 +241,7 @@ fn a_settled_checked_piece_is_sealed_until_its_data_file_changes() {
     let dir = tempfile::tempdir().unwrap();
     let size = BLOCK + 100;
     let data = bytes(size as usize);
-    let e = Entry::open(dir.path(), "k", &want("v1", size))
-        .unwrap()
-        .unwrap();
-    let span = || Span {
-        start: 0,
-        bufs: vec![&data[..]],
-    };
-    e.store(&[span()]).unwrap();
+    let e = filled(dir.path(), "v1", &data);
     // Just written: checked, and not sealed (the file has not settled).
     let (out, served) = read_all(&e, size);
     assert_eq!((out.as_slice(), served.checked.len()), (&data[..], 2));
@@ -257,14 +256,9 @@ fn a_settled_checked_piece_is_sealed_until_its_data_file_changes() {
     assert_eq!(out, data);
     assert_eq!((served.checked.len(), served.bytes), (0, size));
     // Any write to the data file breaks every seal: the damage is found.
-    let path = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|d| d.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "data"))
-        .unwrap();
     OpenOptions::new()
         .write(true)
-        .open(path)
+        .open(data_file(dir.path()))
         .unwrap()
         .write_all_at(&[!data[7]], 7)
         .unwrap();
