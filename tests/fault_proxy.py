@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+
+from proxy_wire import SockReader, read_head, relay, relay_chunked, reset
 
 SLOW_DOWN = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
@@ -159,10 +159,10 @@ class FaultProxy:
     def _serve(self, client: socket.socket) -> None:
         upstream: socket.socket | None = None
         try:
-            crf = _SockReader(client)
+            crf = SockReader(client)
             urf = None
             while True:
-                head = _read_head(crf)
+                head = read_head(crf)
                 if head is None:
                     return
                 line, headers, raw = head
@@ -177,11 +177,11 @@ class FaultProxy:
                     )
                     continue
                 if fate == "reset":
-                    _reset(client)
+                    reset(client)
                     return
                 if upstream is None:
                     upstream = socket.create_connection(self.upstream, timeout=60)
-                    urf = _SockReader(upstream)
+                    urf = SockReader(upstream)
                 assert urf is not None
                 # Unsigned requests really get other bytes (their honest
                 # Content-Range is the only tell); a SigV4 request signs its
@@ -197,9 +197,9 @@ class FaultProxy:
                 if self.faults.ignore_conditions:
                     raw = _drop_headers(raw, CONDITIONS)
                 upstream.sendall(raw + body)
-                resp = _read_head(urf)
+                resp = read_head(urf)
                 if resp is None:
-                    _reset(client)
+                    reset(client)
                     return
                 status_line, rheaders, rraw = resp
                 status = int(status_line.split(" ", 2)[1])
@@ -214,8 +214,8 @@ class FaultProxy:
                     length = -1  # until the upstream closes
                 if fate == "truncate" and length and length > 1:
                     client.sendall(rraw)
-                    _relay(urf, client, length // 2)
-                    _reset(client)
+                    relay(urf, client, length // 2)
+                    reset(client)
                     return
                 if self.faults.xml_root and method == "POST" and "?uploads" in target:
                     assert length is not None and length >= 0, "a sized answer"
@@ -232,19 +232,19 @@ class FaultProxy:
                     rraw = _rewrite_header(rraw, b"etag", lambda v: b'"0badc0ffee"')
                 elif fate == "stall" and length and length > 1:
                     client.sendall(rraw)
-                    _relay(urf, client, length // 2)
+                    relay(urf, client, length // 2)
                     time.sleep(self.faults.stall_seconds)
-                    _relay(urf, client, length - length // 2)
+                    relay(urf, client, length - length // 2)
                     continue
                 client.sendall(rraw)
                 if length is None:
-                    _relay_chunked(urf, client)
+                    relay_chunked(urf, client)
                 elif length < 0:
-                    _relay(urf, client, None)
+                    relay(urf, client, None)
                     client.close()
                     return
                 else:
-                    _relay(urf, client, length)
+                    relay(urf, client, length)
                 if rheaders.get("connection", "").lower() == "close":
                     client.close()
                     return
@@ -258,91 +258,6 @@ class FaultProxy:
             if upstream is not None:
                 with contextlib.suppress(OSError):
                     upstream.close()
-
-
-class _SockReader:
-    """Buffered reads from a socket without ``makefile`` (whose references
-    would keep the descriptor open when a reset is wanted)."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = bytearray()
-
-    def _fill(self) -> bool:
-        data = self.sock.recv(1 << 16)
-        self.buf += data
-        return bool(data)
-
-    def readline(self, limit: int = 65537) -> bytes:
-        while True:
-            i = self.buf.find(b"\n")
-            if i >= 0 or len(self.buf) >= limit or not self._fill():
-                n = i + 1 if i >= 0 else len(self.buf)
-                line = bytes(self.buf[:n])
-                del self.buf[:n]
-                return line
-
-    def read(self, n: int) -> bytes:
-        while len(self.buf) < n and self._fill():
-            pass
-        out = bytes(self.buf[:n])
-        del self.buf[:n]
-        return out
-
-    def read1(self, n: int) -> bytes:
-        if self.buf:
-            out = bytes(self.buf[:n])
-            del self.buf[:n]
-            return out
-        return self.sock.recv(n)
-
-
-def _read_head(rf: Any) -> tuple[str, dict[str, str], bytes] | None:
-    """Request or status line plus headers (lower-cased names) and raw bytes."""
-    first = rf.readline(65537)
-    while first in (b"\r\n", b"\n"):
-        first = rf.readline(65537)
-    if not first:
-        return None
-    raw = [first]
-    headers: dict[str, str] = {}
-    while True:
-        line = rf.readline(65537)
-        if not line:
-            return None
-        raw.append(line)
-        if line in (b"\r\n", b"\n"):
-            break
-        name, _, value = line.decode("latin-1").partition(":")
-        headers[name.strip().lower()] = value.strip()
-    return first.decode("latin-1").rstrip("\r\n"), headers, b"".join(raw)
-
-
-def _relay(rf: Any, out: socket.socket, length: int | None) -> None:
-    left = length
-    while left is None or left > 0:
-        chunk = rf.read1(1 << 20 if left is None else min(left, 1 << 20))
-        if not chunk:
-            if left is None:
-                return
-            raise OSError("upstream closed mid-body")
-        out.sendall(chunk)
-        if left is not None:
-            left -= len(chunk)
-
-
-def _relay_chunked(rf: Any, out: socket.socket) -> None:
-    while True:
-        size_line = rf.readline(65537)
-        out.sendall(size_line)
-        size = int(size_line.split(b";")[0].strip() or b"0", 16)
-        if size == 0:
-            while True:  # trailers, then the blank line
-                line = rf.readline(65537)
-                out.sendall(line)
-                if line in (b"\r\n", b"\n", b""):
-                    return
-        _relay(rf, out, size + 2)
 
 
 CONDITIONS = (b"if-match", b"if-none-match", b"if-unmodified-since", b"if-modified-since")
@@ -399,11 +314,3 @@ def _shifted_request_range(value: bytes) -> bytes:
     unit, _, span = value.partition(b"=")
     first, _, last = span.partition(b"-")
     return b"%s=%d-%d" % (unit, int(first) + 1, int(last) + 1)
-
-
-def _reset(sock: socket.socket) -> None:
-    """Close with RST instead of FIN (SO_LINGER 0)."""
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    with contextlib.suppress(OSError):
-        sock.close()
