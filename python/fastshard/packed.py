@@ -200,3 +200,25 @@ def summary(index: PackedIndex | None) -> dict[str, Any] | None:
     if index is None:
         return None
     return {"world_size": index.world_size, "tensors_per_rank": index.counts()}
+
+
+def check_rank(
+    rank: int | None, world_size: int | None, opened: shard.Resolved | None = None
+) -> None:
+    """A load's rank and world size must be those the file was opened for
+    (a per-rank file), or fit a single file (rank 0, world size 1)."""
+    shard.check_rank_args(rank, world_size)
+    if opened is not None and opened.packed and opened.rank is None:
+        check_all_ranks(opened, rank, world_size)
+        return
+    if opened is None or opened.rank is None:
+        shard.check_single(opened.uri if opened else "this file", rank, world_size)
+        return
+    if (rank is not None and rank != opened.rank) or (
+        world_size is not None and opened.world_size not in (None, world_size)
+    ):
+        raise ShardMismatchError(
+            f"{opened.uri} was opened as rank {opened.rank} of world_size "
+            f"{opened.world_size}; asked rank={rank}, world_size={world_size}",
+            uri=opened.uri,
+        )

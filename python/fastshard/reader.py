@@ -16,32 +16,10 @@ from ._index import Index
 from ._nested import StateDict
 from ._options import OpenOptions
 from ._types import LoadStats, NameOrPath, TensorInfo
-from .errors import InvalidArgumentError, ShardMismatchError
+from .errors import InvalidArgumentError
 
 # LoadStats and TensorInfo live in _types; they stay importable from here.
 __all__ = ["LoadStats", "TensorFile", "TensorInfo", "load_state_dict", "open"]
-
-
-def check_rank(
-    rank: int | None, world_size: int | None, opened: shard.Resolved | None = None
-) -> None:
-    """A load's rank and world size must be those the file was opened for
-    (a per-rank file), or fit a single file (rank 0, world size 1)."""
-    shard.check_rank_args(rank, world_size)
-    if opened is not None and opened.packed and opened.rank is None:
-        packed.check_all_ranks(opened, rank, world_size)
-        return
-    if opened is None or opened.rank is None:
-        shard.check_single(opened.uri if opened else "this file", rank, world_size)
-        return
-    if (rank is not None and rank != opened.rank) or (
-        world_size is not None and opened.world_size not in (None, world_size)
-    ):
-        raise ShardMismatchError(
-            f"{opened.uri} was opened as rank {opened.rank} of world_size "
-            f"{opened.world_size}; asked rank={rank}, world_size={world_size}",
-            uri=opened.uri,
-        )
 
 
 class TensorFile:
@@ -213,7 +191,7 @@ class TensorFile:
         copy-on-write instead (``fastshard._mapped`` says which are views).
         """
         started = time.perf_counter()
-        check_rank(rank, world_size, self.opened)
+        packed.check_rank(rank, world_size, self.opened)
         target = _torch.as_device(device)
         cast = _float_cast(dtype)
         self.engine.native()
