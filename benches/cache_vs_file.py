@@ -25,14 +25,7 @@ import torch
 
 import fastshard
 from fastshard.bench.servers import SeaweedFS
-
-
-def model(size_mib: int) -> torch.nn.Module:
-    """Layers of 16 MiB float32 weights, `size_mib` in all."""
-    m = torch.nn.Module()
-    for i in range(max(1, size_mib // 16)):
-        m.register_parameter(f"w{i}", torch.nn.Parameter(torch.randn(4 << 20)))
-    return m
+from fastshard.bench.workload import weights_module
 
 
 def timed(fn) -> float:
@@ -49,14 +42,14 @@ def main() -> int:
     weed = shutil.which("weed") or os.path.join(os.path.dirname(sys.executable), "weed")
     with tempfile.TemporaryDirectory(prefix="fs-cache-bench-") as tmp:
         root = Path(tmp)
-        src = model(args.size_mib)
+        src = weights_module(args.size_mib)
         path = root / "model.tensors"
         fastshard.save(src, path)
         server = SeaweedFS(root / "weed").start(weed)
         try:
             uri = server.upload(path, "bench/cache.tensors")
             opts = server.opts(cache_dir=root / "cache")
-            dst = model(args.size_mib)  # parameters already written
+            dst = weights_module(args.size_mib)  # parameters already written
             fastshard.load(dst, uri, **opts)  # fills the cache
             fastshard.load(dst, path)  # the file into the page cache
             times: dict[str, list[float]] = {"file": [], "cached": []}

@@ -24,14 +24,7 @@ import torch
 import fastshard
 from fastshard.bench.gcs import FakeGcs, find_fake_gcs
 from fastshard.bench.raw import parallel_get, split
-
-
-def model(size_mib: int) -> torch.nn.Module:
-    """Layers of 16 MiB float32 weights, `size_mib` in all."""
-    m = torch.nn.Module()
-    for i in range(max(1, size_mib // 16)):
-        m.register_parameter(f"w{i}", torch.nn.Parameter(torch.randn(4 << 20)))
-    return m
+from fastshard.bench.workload import weights_module
 
 
 def cpu_seconds() -> float:
@@ -54,7 +47,7 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="fs-gcs-bench-") as tmp:
         root = Path(tmp)
-        src = model(args.size_mib)
+        src = weights_module(args.size_mib)
         path = root / "model.tensors"
         fastshard.save(src, path)
         size = path.stat().st_size
@@ -63,7 +56,7 @@ def main() -> int:
             uri = server.upload(path, "bench/model.tensors")
             url = f"{server.endpoint}/{server.bucket}/bench/model.tensors"
             opts = server.opts()
-            dst = model(args.size_mib)  # parameters already written
+            dst = weights_module(args.size_mib)  # parameters already written
             buf = bytearray(size)  # the raw client's memory, already written
             ranges = split(size, args.streams)
 

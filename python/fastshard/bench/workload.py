@@ -87,6 +87,15 @@ def state_dict(kind: str, size: int, seed: int = 0) -> StateDict:
     }
 
 
+def weights_module(size_mib: int) -> torch.nn.Module:
+    """A module of 16 MiB float32 parameters, ``size_mib`` in all (at least
+    one): a model to save, or to load into parameters already written."""
+    m = torch.nn.Module()
+    for i in range(max(1, size_mib // 16)):
+        m.register_parameter(f"w{i}", torch.nn.Parameter(torch.randn(4 << 20)))
+    return m
+
+
 def total_bytes(sd: StateDict) -> int:
     return sum(t.nbytes for t in sd.values())
 
