@@ -14,7 +14,8 @@
 #   --release   optimised build (for the demo and benchmarks); same as FASTSHARD_PROFILE=release
 #   --dev       dev build (default; fast incremental builds for tests)
 #   --demo      install only what the demos use (requirements-demo.txt), not the
-#               tests' vLLM engine, models and tools
+#               tests' vLLM engine, models and tools, and build without the
+#               "gcs" cargo feature (the demos read S3 and local files only)
 #   --no-build  stop after the environment; build nothing
 set -euo pipefail
 
@@ -143,6 +144,8 @@ fi
 if [[ "$BUILD" == 1 ]]; then
   flags=()
   [[ "$PROFILE" == release ]] && flags+=(--release)
+  # The "gcs" feature's clients are a fifth of the crates to build; the demos never use them.
+  [[ "$DEMO" == 1 ]] && flags+=(--no-default-features --features python)
   say "maturin develop ($PROFILE profile) into $VENV"
   start=$SECONDS
   # PYO3_PYTHON pins the interpreter pyo3's build script configures against, so

@@ -60,6 +60,22 @@ def assert_same(actual: Any, expected: Any) -> None:
         assert_bit_equal(a[key], want)
 
 
+def save_sources() -> dict[str, Any]:
+    """What the save tests write: tensors tensorizer itself can read back
+    (not empty opaque dtypes)."""
+    return {
+        "bf16": random_tensor(torch.bfloat16, (64, 33), 1),
+        "f8": random_tensor(torch.float8_e4m3fn, (5, 7), 2),
+        "c64": random_tensor(torch.complex64, (9,), 3),
+        "i64": random_tensor(torch.int64, (2, 3), 4),
+        "flag": torch.tensor([True, False, True]),
+        "scalar": torch.tensor(3.25),
+        "empty": torch.empty(0, 2),
+        "meta": torch.empty(4, device="meta"),
+        "layers.0.weight": random_tensor(torch.float32, (128, 128), 5),
+    }
+
+
 def _dtype_samples() -> dict[str, torch.Tensor]:
     sd: dict[str, torch.Tensor] = {}
     for i, dt in enumerate(DTYPES):

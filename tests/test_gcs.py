@@ -173,11 +173,6 @@ def test_malformed_service_account_is_a_typed_error(gcs_corpus, tmp_path, monkey
     assert "service-account.json" in str(info.value) and uri in str(info.value)
 
 
-def test_save_to_gs_is_refused(gcs):
-    with pytest.raises(fastshard.UnsupportedError, match="local paths and s3"):
-        fastshard.save({"a": torch.ones(2)}, f"gs://{gcs.bucket}/x.tensors", **gcs.opts())
-
-
 def test_unknown_bucket_less_uri():
     with pytest.raises(fastshard.InvalidArgumentError):
         fastshard.open("gs:///model.tensors")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import torch
 from conftest import assert_bit_equal, random_tensor, small_net
-from remote_files import MiB, assert_same, flatten
+from remote_files import MiB, assert_same, flatten, save_sources
 
 import fastshard
 
@@ -105,21 +105,6 @@ def test_module_load_with_options(remote):
         assert_bit_equal(getattr(model, name), t)
 
 
-def _save_sources() -> dict[str, Any]:
-    # Tensors tensorizer itself can read back (not empty opaque dtypes).
-    return {
-        "bf16": random_tensor(torch.bfloat16, (64, 33), 1),
-        "f8": random_tensor(torch.float8_e4m3fn, (5, 7), 2),
-        "c64": random_tensor(torch.complex64, (9,), 3),
-        "i64": random_tensor(torch.int64, (2, 3), 4),
-        "flag": torch.tensor([True, False, True]),
-        "scalar": torch.tensor(3.25),
-        "empty": torch.empty(0, 2),
-        "meta": torch.empty(4, device="meta"),
-        "layers.0.weight": random_tensor(torch.float32, (128, 128), 5),
-    }
-
-
 def _tensorizer_stream(server, uri: str):
     """The real tensorizer's own S3 read path (presigned URL + curl); for a
     server that refuses presigned URLs (moto checking signatures), the
@@ -148,7 +133,7 @@ def _tensorizer_read_s3(server, uri: str) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("size", ["small", "multipart"])
 def test_save_to_s3_read_by_fastshard_and_tensorizer(s3_server, tmp_path, size):
-    sd = _save_sources()
+    sd = save_sources()
     if size == "multipart":
         # Over the 64 MiB upload part: a multipart upload of two parts.
         sd["big"] = random_tensor(torch.float16, (36 * MiB,), 6)

@@ -121,7 +121,7 @@ def manifest_location(template_or_dir: str) -> str:
 
 
 def read_manifest(location: str, source_opts: dict[str, Any] | None = None) -> Manifest | None:
-    """The manifest at ``location`` (local, s3:// or http(s)://), None if
+    """The manifest at ``location`` (local, s3://, gs:// or http(s)://), None if
     there is none. One that is there but unreadable is a ShardMismatchError:
     the set it describes cannot be checked, and silently skipping the check
     would hide that."""
@@ -161,8 +161,8 @@ def write_manifest(
     sha256s: list[str | None] | None = None,
     source_opts: dict[str, Any] | None = None,
 ) -> str:
-    """Write the manifest of a sharded set just saved at ``template`` (local
-    or s3://); returns its location. ``sizes`` and ``sha256s`` are what the
+    """Write the manifest of a sharded set just saved at ``template`` (local,
+    s3:// or gs://); returns its location. ``sizes`` and ``sha256s`` are what the
     save wrote (a local file's hash is taken from disk when not given)."""
     location = manifest_location(template)
     files = []

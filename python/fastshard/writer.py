@@ -76,7 +76,9 @@ def save(
 
     ``uri`` is a local path (written to a temporary sibling, then renamed) or
     ``s3://bucket/key`` (a streamed multipart upload, completed only once
-    the whole file is sent; nothing is staged on local disk). ``opts`` are
+    the whole file is sent; nothing is staged on local disk) or
+    ``gs://bucket/key`` (a resumable upload through Google's client, the
+    same way). ``opts`` are
     the source options of ``fastshard.open`` (``s3_endpoint``, credentials,
     ``s3_region``, ``max_attempts``, ...) but the node cache's
     (``cache_dir`` and ``cache_max_bytes`` are load options: a save writes

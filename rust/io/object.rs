@@ -46,7 +46,8 @@ pub async fn read(
 
 /// Writes `data` as the whole object at `loc`. Readers see the old object
 /// or the new one, never a part: a local file is written beside its name
-/// and renamed, an S3 object is one PutObject. HTTP is read-only.
+/// and renamed, an S3 object is one PutObject, a GCS object one upload.
+/// HTTP is read-only.
 pub async fn write(
     loc: &Location,
     data: &[u8],
@@ -62,6 +63,7 @@ pub async fn write(
     }
     match loc.kind() {
         Kind::S3 => s3::object::put(loc, data, &opts.s3, &opts.retry, &cancel).await,
+        Kind::Gcs => gcs::write_whole(loc, data, opts, &cancel).await,
         _ => Err(read_only(loc)),
     }
 }
@@ -74,6 +76,7 @@ pub async fn delete(loc: &Location, opts: &SourceOptions, cancel: &CancelToken) 
     }
     match loc.kind() {
         Kind::S3 => s3::object::delete(loc, &opts.s3, &opts.retry, &cancel).await,
+        Kind::Gcs => gcs::delete(loc, opts, &cancel).await,
         _ => Err(read_only(loc)),
     }
 }
@@ -81,7 +84,7 @@ pub async fn delete(loc: &Location, opts: &SourceOptions, cancel: &CancelToken) 
 fn read_only(loc: &Location) -> Error {
     Error::new(
         ErrorKind::Unsupported,
-        "fastshard can write and delete objects on local paths and s3:// only",
+        "fastshard writes and deletes objects on local paths, s3:// and gs:// only",
     )
     .with_uri(loc.display())
 }

@@ -10,15 +10,15 @@ use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use emit::{emit, Hashing, Pieces};
-use upload::{UploadWriter, UPLOAD_PART};
+use upload::{check_writable, Upload, UploadWriter, UPLOAD_PART};
 
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::runtime;
 use crate::format::crypt::{self, KdfParams, Key, Secret, WriteCrypt};
 use crate::format::writer::{self, IndexMode, WriteSpec};
-use crate::io::{local, s3::Upload, SourceOptions};
-use crate::location::{Kind, Location};
+use crate::io::{local, SourceOptions};
+use crate::location::Location;
 
 const WRITE_BUFFER: usize = 8 * 1024 * 1024;
 
@@ -76,8 +76,8 @@ impl SaveOptions<'_> {
     }
 }
 
-/// Writes `specs` with tensor bytes `data` to `loc` (a local path, or
-/// `s3://bucket/key` streamed as a multipart upload); returns the size.
+/// Writes `specs` with tensor bytes `data` to `loc` (a local path, or an
+/// `s3://` or `gs://` object streamed as one upload); returns the size.
 /// The object appears under its name only when complete: a local file is
 /// written to a temporary sibling and renamed, an upload is completed last
 /// (and aborted on failure), so readers never see half a file.
@@ -103,17 +103,7 @@ pub fn write_file_with(
     opts: &SourceOptions,
     cancel: &CancelToken,
 ) -> Result<(u64, Option<[u8; 32]>)> {
-    // gs:// is read-only for now: object_store writes GCS objects through the
-    // XML API (PUT, or POST ?uploads for multipart), and fake-gcs-server
-    // (1.54 as packaged, and its newest release) answers both with 400
-    // "invalid uploadType", so there is no emulator to test a writer against.
-    if !matches!(loc.kind(), Kind::File | Kind::S3) {
-        return Err(Error::new(
-            ErrorKind::Unsupported,
-            "fastshard can save to local paths and s3:// only",
-        )
-        .with_uri(loc.display()));
-    }
+    check_writable(loc)?;
     let pieces = prepare(specs, data, how)?;
     let cancel = cancel.child_with_budget(opts.deadline);
     let failed = AtomicBool::new(false);
@@ -186,7 +176,7 @@ fn store(
     let uri = loc.display();
     let Some(path) = loc.path() else {
         let rt = runtime()?;
-        let upload = rt.block_on(Upload::start(loc, &opts.s3, opts.retry, cancel.clone()))?;
+        let upload = rt.block_on(Upload::start(loc, opts, cancel.clone()))?;
         let mut w = Hashing::new(UploadWriter::new(rt, upload, UPLOAD_PART), hash);
         emit(&mut w, pieces, enc, cancel).map_err(|e| e.with_uri(uri))?;
         let digest = w.digest();

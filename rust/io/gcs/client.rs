@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use object_store::gcp::GoogleCloudStorageBuilder;
-use object_store::{ClientOptions, ObjectStore, RetryConfig};
+use object_store::gcp::{GcpCredential, GoogleCloudStorageBuilder};
+use object_store::{ClientOptions, ObjectStore, RetryConfig, StaticCredentialProvider};
 
 use super::{endpoint, GcsOptions, EMULATOR_VAR};
 use crate::error::{Error, ErrorKind, Result};
@@ -26,8 +26,10 @@ struct Key {
     creds: Creds,
 }
 
+/// Where a client's credentials come from (shared with the writer,
+/// `upload.rs`, so reads and saves resolve them the same way).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-enum Creds {
+pub(super) enum Creds {
     KeyFile(PathBuf, Option<SystemTime>),
     Anonymous,
     Application(PathBuf, Option<SystemTime>),
@@ -35,7 +37,7 @@ enum Creds {
 }
 
 impl Creds {
-    fn resolve(opts: &GcsOptions, emulated: bool) -> Creds {
+    pub(super) fn resolve(opts: &GcsOptions, emulated: bool) -> Creds {
         let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
         if let Some(p) = &opts.service_account {
             Creds::KeyFile(p.clone(), modified(p))
@@ -50,7 +52,7 @@ impl Creds {
     }
 
     /// Where they came from, as messages name it (never their content).
-    fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         match self {
             Creds::KeyFile(p, _) => format!("the service-account file {}", p.display()),
             Creds::Anonymous => "none (unsigned requests)".to_string(),
@@ -69,12 +71,11 @@ static CLIENTS: PerProcess<Clients> = PerProcess::new();
 /// The bucket's client, made by the first caller in this process (one
 /// that fails to build is not kept: the next caller tries again).
 pub fn store(bucket: &str, opts: &GcsOptions) -> Result<Arc<dyn ObjectStore>> {
-    let emulator = std::env::var(EMULATOR_VAR).ok();
-    let (base, emulated) = endpoint(opts, emulator.as_deref());
+    let (base, creds) = reach(opts);
     let key = Key {
         bucket: bucket.to_string(),
         base,
-        creds: Creds::resolve(opts, emulated),
+        creds,
     };
     let clients = CLIENTS.get_or_init(Clients::default);
     let mut map = clients.lock().unwrap_or_else(|p| p.into_inner());
@@ -84,6 +85,14 @@ pub fn store(bucket: &str, opts: &GcsOptions) -> Result<Arc<dyn ObjectStore>> {
     let made = build(&key)?;
     map.insert(key, Arc::clone(&made));
     Ok(made)
+}
+
+/// Where requests go (None: Google's own endpoint) and the credentials
+/// they carry.
+pub(super) fn reach(opts: &GcsOptions) -> (Option<String>, Creds) {
+    let emulator = std::env::var(EMULATOR_VAR).ok();
+    let (base, emulated) = endpoint(opts, emulator.as_deref());
+    (base, Creds::resolve(opts, emulated))
 }
 
 /// A client for `key`; fastshard retries (`ranged.rs`), so the client's
@@ -104,7 +113,16 @@ fn build(key: &Key) -> Result<Arc<dyn ObjectStore>> {
     });
     b = match &key.creds {
         Creds::KeyFile(p, _) => b.with_service_account_path(p.to_string_lossy()),
-        Creds::Anonymous => b.with_skip_signature(true),
+        // Reads go unsigned. Writes and deletes always carry a bearer token
+        // in object_store; an empty one keeps them from reaching for the
+        // metadata server (an emulator takes it; Cloud Storage answers 401,
+        // as it must to anonymous writes).
+        Creds::Anonymous => {
+            b.with_skip_signature(true)
+                .with_credentials(Arc::new(StaticCredentialProvider::new(GcpCredential {
+                    bearer: String::new(),
+                })))
+        }
         Creds::Application(p, _) => b.with_application_credentials(p.to_string_lossy()),
         Creds::Default => b,
     };

@@ -1,7 +1,7 @@
 //! Google Cloud Storage (`gs://bucket/key`). The options exist in every
-//! build; the client (object_store's GCS support, `source.rs`) only with
-//! the "gcs" cargo feature, so a build without it says so instead of
-//! failing on an unknown scheme.
+//! build; the clients (object_store's GCS support for loads, `source.rs`;
+//! Google's own for saves, `upload.rs`) only with the "gcs" cargo feature,
+//! so a build without it says so instead of failing on an unknown scheme.
 //!
 //! Credentials, first found wins: `gcs_service_account` (a service-account
 //! JSON file), `gcs_anonymous` (unsigned requests: public buckets), the
@@ -14,11 +14,15 @@
 mod client;
 #[cfg(feature = "gcs")]
 mod source;
+#[cfg(feature = "gcs")]
+mod upload;
 
 use std::path::PathBuf;
 
 #[cfg(feature = "gcs")]
 pub use source::GcsSource;
+#[cfg(feature = "gcs")]
+pub use upload::GcsUpload;
 
 /// How to reach Google Cloud Storage.
 #[derive(Debug, Clone, Default)]
@@ -65,6 +69,51 @@ pub async fn read_whole(
     }
 }
 
+/// Writes `data` as the whole object at `loc` (one upload: readers see the
+/// old object or the new one).
+#[cfg(feature = "gcs")]
+pub async fn write_whole(
+    loc: &crate::location::Location,
+    data: &[u8],
+    opts: &crate::io::SourceOptions,
+    cancel: &crate::cancel::CancelToken,
+) -> crate::error::Result<()> {
+    let upload = GcsUpload::start(loc, &opts.gcs, opts.retry, cancel.clone()).await?;
+    upload.finish(bytes::Bytes::copy_from_slice(data)).await
+}
+
+/// Deletes the object at `loc`; one that does not exist is no error.
+#[cfg(feature = "gcs")]
+pub async fn delete(
+    loc: &crate::location::Location,
+    opts: &crate::io::SourceOptions,
+    cancel: &crate::cancel::CancelToken,
+) -> crate::error::Result<()> {
+    let src = GcsSource::open(loc, &opts.gcs, opts.retry)?;
+    crate::io::retry::retrying(&opts.retry, cancel, || src.delete())
+        .await
+        .map_err(|e| e.with_uri(loc.display()))
+}
+
+#[cfg(not(feature = "gcs"))]
+pub async fn write_whole(
+    loc: &crate::location::Location,
+    _: &[u8],
+    _: &crate::io::SourceOptions,
+    _: &crate::cancel::CancelToken,
+) -> crate::error::Result<()> {
+    Err(unsupported(loc))
+}
+
+#[cfg(not(feature = "gcs"))]
+pub async fn delete(
+    loc: &crate::location::Location,
+    _: &crate::io::SourceOptions,
+    _: &crate::cancel::CancelToken,
+) -> crate::error::Result<()> {
+    Err(unsupported(loc))
+}
+
 #[cfg(not(feature = "gcs"))]
 pub async fn read_whole(
     loc: &crate::location::Location,
@@ -80,7 +129,7 @@ pub async fn read_whole(
 pub fn unsupported(loc: &crate::location::Location) -> crate::error::Error {
     crate::error::Error::new(
         crate::error::ErrorKind::Unsupported,
-        "this build of fastshard reads no gs:// objects (built without the \"gcs\" cargo feature)",
+        "this build of fastshard reads and writes no gs:// objects (built without the \"gcs\" cargo feature)",
     )
     .with_uri(loc.display())
 }

@@ -58,6 +58,14 @@ impl GcsSource {
         body.finish()
     }
 
+    /// Deletes the object; one that does not exist is no error.
+    pub async fn delete(&self) -> Result<()> {
+        match self.store.delete(&self.path).await.map_err(map) {
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            done => done,
+        }
+    }
+
     /// A ranged GET of `[start, end)`, pinned to the discovered ETag.
     async fn get(&self, start: u64, end: u64) -> Result<GetResult> {
         let mut opts = GetOptions {
