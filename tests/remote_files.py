@@ -76,6 +76,23 @@ def save_sources() -> dict[str, Any]:
     }
 
 
+def tensorizer_read(stream: Any) -> dict[str, torch.Tensor]:
+    """Every tensor of ``stream``, read by the real tensorizer (hashes checked)."""
+    from tensorizer import TensorDeserializer
+
+    with stream, TensorDeserializer(stream, device="cpu", verify_hash=True) as d:
+        return {k: v.detach().clone() for k, v in d.items()}
+
+
+def assert_read_back(back: dict[str, torch.Tensor], saved: dict[str, Any]) -> None:
+    """What tensorizer read is what was saved, in order (a meta tensor reads as zeros)."""
+    assert list(back) == list(saved)
+    for name, want in saved.items():
+        if want.is_meta:
+            want = torch.zeros(want.shape, dtype=want.dtype)
+        assert_bit_equal(back[name], want)
+
+
 def _dtype_samples() -> dict[str, torch.Tensor]:
     sd: dict[str, torch.Tensor] = {}
     for i, dt in enumerate(DTYPES):
