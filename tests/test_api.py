@@ -257,7 +257,7 @@ def test_save_returns_size_and_validates(tmp_path):
         fastshard.save({1: torch.ones(1)}, tmp_path / "b.tensors")
     with pytest.raises(fastshard.InvalidArgumentError, match="leaves must be tensors"):
         fastshard.save({"a": 3}, tmp_path / "b.tensors")
-    with pytest.raises(fastshard.UnsupportedError, match="local paths and s3"):
+    with pytest.raises(fastshard.UnsupportedError, match=r"local paths, s3:// and gs:// only"):
         fastshard.save({"a": torch.ones(1)}, "https://host.invalid/key.tensors?X-Amz-Signature=s")
     with pytest.raises(fastshard.InvalidArgumentError, match="unknown option"):
         fastshard.save({"a": torch.ones(1)}, tmp_path / "b.tensors", concurrency=4)
