@@ -13,10 +13,7 @@ ratio is the cost of the cache's checks and its discovery request.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,7 +21,7 @@ from pathlib import Path
 import torch
 
 import fastshard
-from fastshard.bench.servers import SeaweedFS
+from fastshard.bench.servers import SeaweedFS, find_binary
 from fastshard.bench.workload import weights_module
 
 
@@ -39,7 +36,7 @@ def main() -> int:
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
-    weed = shutil.which("weed") or os.path.join(os.path.dirname(sys.executable), "weed")
+    weed = find_binary("weed")
     with tempfile.TemporaryDirectory(prefix="fs-cache-bench-") as tmp:
         root = Path(tmp)
         src = weights_module(args.size_mib)

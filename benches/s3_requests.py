@@ -13,11 +13,8 @@ adds to it.
 from __future__ import annotations
 
 import argparse
-import os
 import resource
-import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,7 +22,7 @@ from pathlib import Path
 
 import fastshard
 from fastshard.bench import raw
-from fastshard.bench.servers import SeaweedFS
+from fastshard.bench.servers import SeaweedFS, find_binary
 from fastshard.bench.workload import weights_module
 
 MiB = 1 << 20
@@ -41,7 +38,7 @@ def main() -> int:
     ap.add_argument("--size-mib", type=int, default=1024)
     ap.add_argument("--repeat", type=int, default=4)
     args = ap.parse_args()
-    weed = shutil.which("weed") or os.path.join(os.path.dirname(sys.executable), "weed")
+    weed = find_binary("weed")
     with tempfile.TemporaryDirectory(prefix="fs-requests-bench-") as tmp:
         root = Path(tmp)
         path = root / "model.tensors"
