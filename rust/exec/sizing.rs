@@ -15,11 +15,21 @@
 //! A joined request stays within the source's largest (`max`), the staging
 //! budget (the caller's `fits`), and the tail: never so large that it alone
 //! would outlast the rest of the load at the rate measured.
+//!
+//! Where the first answers showed the store serving requests in turn
+//! (`queueing`), the size instead balances the two costs of the bytes left:
+//! `n` requests of `rest / n` bytes end after `n` service times plus one
+//! request's transfer, least at `sqrt(rest x rate x service)` bytes each.
+//! Sent together, they queue once; each later one is a little smaller, as
+//! less is left, so they end close together.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::adapt::BYTES_PER_REQUEST;
+use super::queueing::Queueing;
+use crate::cancel::CancelToken;
 use crate::plan::Part;
 
 /// Completed parts a decision looks back on.
@@ -44,6 +54,9 @@ pub struct Sizer {
     /// When the part before the oldest sample completed (or the load began).
     since: Instant,
     recent: VecDeque<Sample>,
+    queueing: Queueing,
+    /// Parts cancelled to be sent again whose tasks have not ended yet.
+    returning: usize,
 }
 
 impl Sizer {
@@ -53,7 +66,41 @@ impl Sizer {
             max,
             since: now,
             recent: VecDeque::with_capacity(WINDOW),
+            queueing: Queueing::new(),
+            returning: 0,
         }
+    }
+
+    /// Whether parts cancelled to be sent again are still on their way
+    /// back: joining waits for them, or it would send them one by one.
+    pub fn returning(&self) -> bool {
+        self.returning > 0
+    }
+
+    /// One part cancelled to be sent again has ended.
+    pub fn returned(&mut self) {
+        self.returning = self.returning.saturating_sub(1);
+    }
+
+    /// No part is running any more, so none is on its way back.
+    pub fn returned_all(&mut self) {
+        self.returning = 0;
+    }
+
+    /// Part `id` was sent at `at`; `cancel` stops it alone (see
+    /// `queueing`).
+    pub fn sent(&mut self, id: u64, at: Instant, cancel: CancelToken) {
+        self.queueing.sent(id, at, cancel);
+    }
+
+    /// Part `id`'s first byte arrived at `at`.
+    pub fn first_byte(&mut self, id: u64, at: Instant) {
+        self.queueing.first_byte(id, at);
+    }
+
+    /// Part `id` ended, whether or not it completed.
+    pub fn ended(&mut self, id: u64) {
+        self.queueing.ended(id);
     }
 
     /// Records a part of `bytes` that took `took` in all, `first_byte` of
@@ -71,6 +118,17 @@ impl Sizer {
             bytes,
             at: now,
         });
+        // A completed part gives the per-connection rate the sizes below
+        // need: the moment to decide whether the first wave queued.
+        self.returning += self.queueing.decide();
+    }
+
+    /// Bytes a request moves a second once its first byte arrived, over the
+    /// recent parts.
+    fn per_request_rate(&self) -> f64 {
+        let bytes = self.recent.iter().map(|s| s.bytes).sum::<u64>() as f64;
+        let transfer: f64 = self.recent.iter().map(|s| s.transfer).sum();
+        bytes / transfer.max(MIN_SECONDS)
     }
 
     /// Bytes the next request should carry with `queued` bytes not yet
@@ -78,6 +136,14 @@ impl Sizer {
     /// takes (median wait x one request's rate), within the tail and `max`.
     /// `None` until enough parts completed.
     pub fn target(&self, queued: u64) -> Option<u64> {
+        if let Some(service) = self.queueing.per_request() {
+            let rate = match self.recent.len() {
+                0 => BYTES_PER_REQUEST,
+                _ => self.per_request_rate(),
+            };
+            let bytes = (queued as f64 * rate * service).sqrt();
+            return Some(bytes.min(self.max as f64) as u64);
+        }
         if self.recent.len() < MIN_SAMPLES {
             return None;
         }
@@ -85,8 +151,7 @@ impl Sizer {
         waits.sort_by(f64::total_cmp);
         let wait = waits[waits.len() / 2];
         let bytes = self.recent.iter().map(|s| s.bytes).sum::<u64>() as f64;
-        let transfer: f64 = self.recent.iter().map(|s| s.transfer).sum();
-        let per_request = bytes / transfer;
+        let per_request = self.per_request_rate();
         let last = self.recent.back().map_or(self.since, |s| s.at);
         let whole = bytes
             / last
@@ -119,6 +184,14 @@ impl PartQueue {
 
     pub fn is_empty(&self) -> bool {
         self.parts.is_empty()
+    }
+
+    /// Puts a part that was sent but cancelled before it began to arrive
+    /// back in its place, to be joined with its neighbours again.
+    pub fn put_back(&mut self, part: Part) {
+        let at = self.parts.partition_point(|p| p.start < part.start);
+        self.queued += part.len();
+        self.parts.insert(at, part);
     }
 
     /// The next request: the next planned part, joined with the neighbours
@@ -240,5 +313,44 @@ mod tests {
         let within_25 = |a: &Part, b: &Part| b.end - a.start <= 25;
         let got = lengths(queue(Some(s), 10, 0), within_25);
         assert_eq!(got, vec![20; 10]);
+    }
+
+    #[test]
+    fn a_queueing_store_gets_requests_that_balance_service_and_transfer() {
+        // Two parts sent at once answered 100 ms apart after 150 ms, 62
+        // still waiting; one completed at 25 MB/s.
+        let t0 = Instant::now();
+        let mut s = Sizer::new(256 << 20, t0);
+        let tokens: Vec<CancelToken> = (0..64).map(|_| CancelToken::new()).collect();
+        for (i, t) in tokens.iter().enumerate() {
+            s.sent(i as u64, t0, t.clone());
+        }
+        s.first_byte(0, t0 + 150 * MS);
+        s.first_byte(1, t0 + 250 * MS);
+        s.ended(0);
+        s.completed(4 << 20, 150 * MS, 318 * MS, t0 + 318 * MS);
+        assert!(tokens[2..].iter().all(CancelToken::is_cancelled));
+        // sqrt(248 MiB x 25 MB/s x 0.1 s): ~25 MB, smaller as less is left.
+        let t = s.target(248 << 20).unwrap();
+        assert!((24_000_000..26_500_000).contains(&t), "{t}");
+        assert!(s.target(100 << 20).unwrap() < t);
+        // Never past `max`.
+        s.max = 8 << 20;
+        assert_eq!(s.target(248 << 20), Some(8 << 20));
+    }
+
+    #[test]
+    fn a_part_put_back_joins_its_neighbours_again() {
+        let always = |_: &Part, _: &Part| true;
+        let mut s = measured(4, 10, 45 * MS, 10 * MS);
+        s.max = 40;
+        let mut q = queue(Some(s), 10, 0);
+        let first = q.next(always).unwrap();
+        assert_eq!((first.start, first.len()), (0, 40));
+        q.put_back(first);
+        let lengths: Vec<u64> = std::iter::from_fn(|| q.next(always))
+            .map(|p| p.len())
+            .collect();
+        assert_eq!(lengths, vec![40, 40, 20, 40, 40, 20]);
     }
 }

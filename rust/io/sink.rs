@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use super::OnFirstByte;
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
@@ -17,6 +18,7 @@ pub struct PartSink<'a> {
     pos: u64,
     seg: usize,
     first_byte: Option<Instant>,
+    on_first_byte: Option<OnFirstByte>,
 }
 
 impl<'a> PartSink<'a> {
@@ -28,7 +30,14 @@ impl<'a> PartSink<'a> {
             pos: part.start,
             seg: 0,
             first_byte: None,
+            on_first_byte: None,
         }
+    }
+
+    /// Calls `f` when the first byte arrives.
+    pub fn notifying(mut self, f: Option<OnFirstByte>) -> Self {
+        self.on_first_byte = f;
+        self
     }
 
     /// When the first byte of the part arrived, if one has.
@@ -49,6 +58,9 @@ impl<'a> PartSink<'a> {
         self.cancel.check()?;
         if self.first_byte.is_none() && !chunk.is_empty() {
             self.first_byte = Some(Instant::now());
+            if let Some(f) = &self.on_first_byte {
+                f();
+            }
         }
         if chunk.len() as u64 > self.remaining() {
             return Err(Error::new(
