@@ -5,9 +5,11 @@
 //! a few at a time, the same wave queues: its first bytes arrive one service
 //! time apart, and the last part waits for every other one's service.
 //!
-//! That shows in the first answers: parts sent together whose first bytes
-//! arrive a large share of the first one's wait apart are queued, not
-//! delayed side by side. Once a part has also completed (its transfer gives
+//! That shows in the first answers: a store that waits out its latency for
+//! every request at once has answered nearly every part of a wave by the
+//! time one part has also moved its bytes; a store serving them in turn has
+//! answered a few, one service time apart. The first wait alone does not
+//! tell (it also holds the connection's set-up and a busy host's delays). Once a part has also completed (its transfer gives
 //! the per-connection rate), the parts still waiting for their first byte
 //! are cancelled and go back to the queue, to be sent again joined into a
 //! few larger requests (`sizing::Sizer::target`). A part that has begun to
@@ -17,12 +19,6 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::cancel::CancelToken;
-
-/// The gap between the first answers, as a share of the first answer's
-/// wait, past which they are taken as queued rather than jittered: a store
-/// that waits out its latency for every request at once answers a whole
-/// wave within a small share of that latency.
-const QUEUED_SHARE: f64 = 0.5;
 
 /// What the first answers of a load showed, and the parts that may still be
 /// sent again.
@@ -87,8 +83,8 @@ impl Queueing {
     }
 
     /// Decides, once a part has completed, whether the first answers were
-    /// queued and worth sending again: the gap between arrivals is at least
-    /// `QUEUED_SHARE` of the first wait, and the parts still waiting would
+    /// queued and worth sending again: more parts still wait for their first
+    /// byte than have answered, and at the gap between answers they would
     /// queue for longer than one more wait. Then cancels every part still
     /// waiting for its first byte (they go back to the queue) and returns
     /// how many were cancelled.
@@ -102,7 +98,9 @@ impl Queueing {
         self.decided = true;
         let gap = last.duration_since(*first).as_secs_f64() / (self.arrivals.len() - 1) as f64;
         let queued_for = gap * self.waiting.len() as f64;
-        if gap < QUEUED_SHARE * wait || queued_for <= wait {
+        // Side by side, nearly every part has answered by the time one has
+        // also moved its bytes; queued, most still wait.
+        if self.waiting.len() <= self.arrivals.len() || queued_for <= wait {
             return 0;
         }
         self.per_request = Some(gap);
@@ -157,8 +155,9 @@ mod tests {
         assert_eq!(q.decide(), 0);
         assert_eq!(q.per_request(), None);
         assert!(tokens.iter().all(|t| !t.is_cancelled()));
-        // Jitter: two answers 20 ms apart after 50 ms, well under half a wait.
-        let (mut q, _) = wave(64, 2, 50 * MS, 20 * MS);
+        // Jitter: most of the wave answered, 1 ms apart, by the time one
+        // part completed.
+        let (mut q, _) = wave(64, 48, 50 * MS, MS);
         assert_eq!(q.decide(), 0);
     }
 
