@@ -209,7 +209,13 @@ impl PartQueue {
             return Some(part);
         };
         while let Some(next) = self.parts.front() {
-            if !part.joins(next) || next.end - part.start > target || !fits(&part, next) {
+            // Only where nothing lies between: a part put back may have a
+            // neighbour already fetched, whose bytes a join would fetch again.
+            if !part.joins(next)
+                || next.start != part.end
+                || next.end - part.start > target
+                || !fits(&part, next)
+            {
                 break;
             }
             let Some(next) = self.parts.pop_front() else {
