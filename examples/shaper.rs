@@ -9,7 +9,8 @@
 //! of its own, whatever its size (a ranged GET that costs ~0.1 s): unlike
 //! the latency, which requests wait out side by side, the store serves
 //! `--service-slots` requests at a time and the rest queue for a slot, so
-//! many small requests cost more than a few large ones.
+//! many small requests cost more than a few large ones. A request whose
+//! client hangs up before it is served leaves the queue.
 //!
 //! A node cap (`--node-mbps`) is one bandwidth shared by every connection,
 //! as a node's NIC is: the connections of every process on the node take
@@ -98,12 +99,15 @@ impl Shape {
         if !self.service.is_zero() {
             let waiting = counters.waiting.fetch_add(1, Ordering::Relaxed) + 1;
             counters.max_waiting.fetch_max(waiting, Ordering::Relaxed);
+            // Counted down however the wait ends (an abandoned request's
+            // future is dropped here).
+            let queued = Queued(&counters.waiting);
             // Never closed, so acquiring cannot fail.
             let slot = match &self.slots {
                 Some(s) => s.acquire().await.ok(),
                 None => None,
             };
-            counters.waiting.fetch_sub(1, Ordering::Relaxed);
+            drop(queued);
             tokio::time::sleep(self.service).await;
             drop(slot);
         }
@@ -113,6 +117,15 @@ impl Shape {
             self.jitter.mul_f64(rand::rng().random::<f64>())
         };
         tokio::time::sleep(self.latency + extra).await;
+    }
+}
+
+/// One request counted as waiting for a slot until dropped.
+struct Queued<'a>(&'a AtomicU64);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -184,16 +197,53 @@ async fn requests(
             Ok(n) => n,
         };
         let responses = *answered.borrow();
+        let mut n = n;
         if responses != seen {
             seen = responses;
             counters.requests.fetch_add(1, Ordering::Relaxed);
-            shape.delay(&counters).await;
+            match waited(&mut from, &mut buf, n, &shape, &counters).await {
+                Some(more) => n = more,
+                None => break,
+            }
         }
         if to.write_all(&buf[..n]).await.is_err() {
             break;
         }
+        buf.resize(CHUNK.max(buf.len()), 0);
     }
     let _ = to.shutdown().await;
+}
+
+/// Waits out a request's delay with its first `n` bytes in `buf`; returns
+/// how many bytes `buf` holds after it, or `None` once the client hung up
+/// meanwhile. A store drops a request whose client has gone before it was
+/// served, so a request the client abandons leaves its place in the queue
+/// (and its service slot) to the next.
+async fn waited(
+    from: &mut tokio::net::tcp::OwnedReadHalf,
+    buf: &mut Vec<u8>,
+    mut n: usize,
+    shape: &Shape,
+    counters: &Counters,
+) -> Option<usize> {
+    let delay = shape.delay(counters);
+    tokio::pin!(delay);
+    let mut more = vec![0u8; CHUNK];
+    loop {
+        tokio::select! {
+            _ = &mut delay => return Some(n),
+            got = from.read(&mut more) => match got {
+                Ok(0) | Err(_) => return None,
+                Ok(k) => {
+                    // The rest of the request (its head in more than one
+                    // read): forwarded with it after the delay.
+                    buf.truncate(n);
+                    buf.extend_from_slice(&more[..k]);
+                    n += k;
+                }
+            },
+        }
+    }
 }
 
 /// Upstream to client, paced to `shape.rate` over the connection's life.

@@ -161,6 +161,29 @@ def test_parts_join_into_fewer_requests_where_each_costs_a_service_time(
     assert served.requests <= plain.requests * 2 // 3, (served, plain)
 
 
+def test_parts_queued_at_a_store_serving_in_turn_are_sent_again_joined(
+    shaped: Shaped, corpus: Any
+) -> None:
+    """43 MiB with no settings: 43 parts of 1 MiB, all sent at once. Through
+    a store that serves one request at a time for 100 ms each, their first
+    bytes arrive 100 ms apart; once one part has completed, those not yet
+    answered are cancelled and sent again joined into a few larger
+    requests. The data is the same and no byte is fetched twice; the
+    abandoned requests count, so the load made more requests than parts
+    (exactly one per part where nothing is sent again)."""
+    source = corpus["tz-big"].source
+    shaper, uri, opts = shaped("tz-big", latency_ms=10, rate_mbps=25, service_ms=100)
+    with fastshard.open(uri, **opts) as f:
+        assert_state_equal(f.load_state_dict(), source)
+        stats = f.stats
+    parts = -(-stats.bytes_fetched // MiB)
+    assert stats.retries == 0, stats
+    assert stats.bytes_fetched < 1.01 * corpus["tz-big"].size, stats
+    # Sent again: the parts plus a handful of joined requests, not one more
+    # request per part.
+    assert parts < stats.requests < parts + parts // 2, stats
+
+
 def test_explicit_settings_keep_their_part_size_behind_a_service_time(
     shaped: Shaped, corpus: Any
 ) -> None:

@@ -1,9 +1,11 @@
 //! Runs a read plan: parts go to the source with at most `concurrency` in
 //! flight (growing while that pays, see `adapt`), joined into larger
 //! requests where first bytes cost more than transfers (see `sizing`), and
-//! within a staging budget. The first failure cancels the rest, but the
-//! executor still waits for every started part, because parts write into
-//! memory the caller owns.
+//! within a staging budget. Parts the store has not begun to answer go back
+//! to the queue when the first answers show it serving them in turn (see
+//! `queueing`). The first failure cancels the rest, but the executor still
+//! waits for every started part, because parts write into memory the caller
+//! owns.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,12 +15,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinSet};
 
 use super::adapt::Growth;
+use super::budget::{budget_cap, budget_units, fits_joined};
 use super::options::{ExecOptions, ExecStats};
 use super::sizing::{PartQueue, Sizer};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::{PartJob, PartSource, PartStats};
+use crate::io::{OnFirstByte, PartJob, PartSource, PartStats};
 use crate::plan::{Part, ReadPlan};
 
 /// `FASTSHARD_POPULATE=0` turns populating ahead off (to measure it, or on a
@@ -26,14 +29,6 @@ use crate::plan::{Part, ReadPlan};
 fn populate_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("FASTSHARD_POPULATE").as_deref() != Ok("0"))
-}
-
-/// Budget accounting in pages, so any budget fits the semaphore's `u32`
-/// acquisitions: a part's need rounds up, the budget rounds down.
-const BUDGET_UNIT: u64 = 4096;
-
-fn budget_units(bytes: u64) -> u64 {
-    bytes.div_ceil(BUDGET_UNIT)
 }
 
 /// Fetches every part of `plan` into `dest`; returns once all are done
@@ -49,8 +44,8 @@ pub async fn execute<S: PartSource + ?Sized>(
     let uri = source.uri().to_string();
     let budget =
         budget_cap(source.as_ref(), &plan, opts.staging_budget).map_err(|e| e.with_uri(&uri))?;
-    let mut run = Run::new(source, dest, opts, budget, cancel);
-    let totals = run.all(plan.parts).await.map_err(|e| e.with_uri(uri))?;
+    let mut run = Run::new(source, dest, opts, budget, cancel, plan.parts);
+    let totals = run.all().await.map_err(|e| e.with_uri(uri))?;
     Ok(ExecStats {
         bytes_fetched: totals.bytes_fetched,
         bytes_from_cache: totals.bytes_from_cache,
@@ -60,34 +55,6 @@ pub async fn execute<S: PartSource + ?Sized>(
         peak_staging: run.gauges.peak_staged.load(Ordering::SeqCst),
         max_in_flight: run.gauges.max_in_flight.load(Ordering::SeqCst),
     })
-}
-
-/// The budget in `BUDGET_UNIT`s, after checking that every part fits it on
-/// its own (a part that never could would wait forever).
-fn budget_cap<S: PartSource + ?Sized>(
-    source: &S,
-    plan: &ReadPlan,
-    budget: Option<u64>,
-) -> Result<Option<u64>> {
-    let Some(cap) = budget.map(|b| (b / BUDGET_UNIT).min(Semaphore::MAX_PERMITS as u64)) else {
-        return Ok(None);
-    };
-    for part in &plan.parts {
-        let need = source.staging_bytes(part);
-        if budget_units(need) > cap {
-            return Err(Error::new(
-                ErrorKind::Budget,
-                format!(
-                    "a read of {} bytes needs {need} bytes of staging memory, more than the \
-                     budget of {} bytes; raise max_host_bytes",
-                    part.len(),
-                    cap * BUDGET_UNIT
-                ),
-            )
-            .with_range(part.start..part.end));
-        }
-    }
-    Ok(Some(cap))
 }
 
 /// Counters the part tasks update as they start and end.
@@ -116,16 +83,28 @@ struct Run<S: ?Sized> {
     budget: Option<Arc<Semaphore>>,
     growth: Arc<Mutex<Growth>>,
     sizer: Option<Arc<Mutex<Sizer>>>,
+    queue: PartQueue,
+    /// Numbers the parts sent, for the sizer's account of them.
+    sent: u64,
     gauges: Arc<Gauges>,
-    tasks: JoinSet<Result<PartStats>>,
+    tasks: JoinSet<Ended>,
     totals: PartStats,
     first_err: Option<Error>,
+}
+
+/// How a part's task ended: its outcome, and the part itself where it was
+/// cancelled before it began to arrive, to be sent again.
+struct Ended {
+    out: Result<PartStats>,
+    again: Option<Part>,
+    /// Cancelled alone (by the sizer), whatever its outcome.
+    alone: bool,
 }
 
 /// What woke a wait for room to start a part.
 enum Wake<T> {
     Room(T),
-    Finished(std::result::Result<Result<PartStats>, JoinError>),
+    Finished(std::result::Result<Ended, JoinError>),
 }
 
 impl<S: PartSource + ?Sized> Run<S> {
@@ -135,6 +114,7 @@ impl<S: PartSource + ?Sized> Run<S> {
         opts: ExecOptions,
         budget: Option<u64>,
         cancel: &CancelToken,
+        parts: Vec<Part>,
     ) -> Run<S> {
         let start = opts.concurrency.max(1);
         let now = Instant::now();
@@ -154,7 +134,9 @@ impl<S: PartSource + ?Sized> Run<S> {
             budget_cap: budget,
             budget: budget.map(|cap| Arc::new(Semaphore::new(cap as usize))),
             growth: Arc::new(Mutex::new(growth)),
+            queue: PartQueue::new(parts, sizer.clone()),
             sizer,
+            sent: 0,
             gauges: Arc::default(),
             tasks: JoinSet::new(),
             totals: PartStats::default(),
@@ -164,18 +146,31 @@ impl<S: PartSource + ?Sized> Run<S> {
 
     /// Starts every part as room allows, then waits for all of them. Each
     /// request is chosen once a permit is free, so joining parts uses every
-    /// part that completed meanwhile.
-    async fn all(&mut self, parts: Vec<Part>) -> Result<PartStats> {
-        let mut queue = PartQueue::new(parts, self.sizer.clone());
-        while !queue.is_empty() {
+    /// part that completed meanwhile; parts sent back to the queue while
+    /// the last ones run are sent again.
+    async fn all(&mut self) -> Result<PartStats> {
+        loop {
+            if self.queue.is_empty() || self.returning() {
+                match self.tasks.join_next().await {
+                    Some(res) => self.record(res),
+                    None if self.queue.is_empty() => break,
+                    // Nothing left running, so nothing is on its way back.
+                    None => self.with_sizer(Sizer::returned_all),
+                }
+                continue;
+            }
             if !self.may_start() {
                 break;
             }
             let Some(permit) = self.permit().await else {
                 break;
             };
-            let Some(part) = queue.next(|a, b| self.fits_joined(a, b)) else {
-                break;
+            if self.returning() {
+                continue;
+            }
+            let (cap, source) = (self.budget_cap, Arc::clone(&self.source));
+            let Some(part) = self.queue.next(|a, b| fits_joined(cap, &*source, a, b)) else {
+                continue;
             };
             let need = self.source.staging_bytes(&part);
             let room = self.room(need).await;
@@ -192,16 +187,6 @@ impl<S: PartSource + ?Sized> Run<S> {
             None if self.outer.is_cancelled() => Err(Error::cancelled()),
             None => Ok(self.totals),
         }
-    }
-
-    /// Whether parts `a` and `b` joined into one request would still fit the
-    /// staging budget on their own (as `budget_cap` checked every part).
-    fn fits_joined(&self, a: &Part, b: &Part) -> bool {
-        let Some(cap) = self.budget_cap else {
-            return true;
-        };
-        let mut joined = a.clone();
-        joined.join(b.clone()).is_ok() && budget_units(self.source.staging_bytes(&joined)) <= cap
     }
 
     /// Whether another part may start: not once cancelled, failed or out
@@ -251,11 +236,39 @@ impl<S: PartSource + ?Sized> Run<S> {
         self.reaping(budget.acquire_many_owned(units)).await.ok()
     }
 
-    /// Folds a finished part into the totals; the first failure stops the
+    /// Whether parts cancelled to be sent again are still on their way
+    /// back (see `Sizer::returning`).
+    fn returning(&self) -> bool {
+        self.sizer
+            .as_ref()
+            .is_some_and(|s| s.lock().unwrap_or_else(|p| p.into_inner()).returning())
+    }
+
+    fn with_sizer(&self, f: impl FnOnce(&mut Sizer)) {
+        if let Some(s) = &self.sizer {
+            f(&mut s.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+    }
+
+    /// Folds a finished part into the totals, or puts it back in the queue
+    /// when it was cancelled to be sent again; the first failure stops the
     /// rest.
-    fn record(&mut self, res: std::result::Result<Result<PartStats>, JoinError>) {
-        let res = res
-            .unwrap_or_else(|e| Err(Error::new(ErrorKind::Io, format!("read task failed: {e}"))));
+    fn record(&mut self, res: std::result::Result<Ended, JoinError>) {
+        if let Ok(Ended { alone: true, .. }) = &res {
+            self.with_sizer(Sizer::returned);
+        }
+        let res = match res {
+            Ok(Ended {
+                again: Some(part), ..
+            }) if !self.stop.is_cancelled() => {
+                // Its request was sent and abandoned: count it.
+                self.totals.requests += 1;
+                self.queue.put_back(part);
+                return;
+            }
+            Ok(ended) => ended.out,
+            Err(e) => Err(Error::new(ErrorKind::Io, format!("read task failed: {e}"))),
+        };
         match res {
             Ok(s) => {
                 self.totals.bytes_fetched += s.bytes_fetched;
@@ -301,11 +314,29 @@ impl<S: PartSource + ?Sized> Run<S> {
             let (dest, segments) = (Arc::clone(&self.dest), part.segments.clone());
             tokio::task::spawn_blocking(move || dest.populate(&segments))
         });
+        // Each part can be cancelled alone, to be sent again (`queueing`).
+        let (id, token) = (self.sent, self.stop.child());
+        self.sent += 1;
+        let again = self.sizer.as_ref().map(|_| part.clone());
+        let on_first_byte = self.sizer.as_ref().map(|sizer| {
+            let sizer = Arc::clone(sizer);
+            sizer
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .sent(id, Instant::now(), token.clone());
+            let f: OnFirstByte = Arc::new(move || {
+                let mut s = sizer.lock().unwrap_or_else(|p| p.into_inner());
+                s.first_byte(id, Instant::now());
+            });
+            f
+        });
         let fut = Arc::clone(&self.source).read_part(PartJob {
             part,
             dest: Arc::clone(&self.dest),
-            cancel: self.stop.clone(),
+            cancel: token.clone(),
+            on_first_byte,
         });
+        let stop = self.stop.clone();
         let in_flight = gauges.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         gauges.max_in_flight.fetch_max(in_flight, Ordering::SeqCst);
         let (growth, permits) = (Arc::clone(&self.growth), Arc::clone(&self.permits));
@@ -318,11 +349,18 @@ impl<S: PartSource + ?Sized> Run<S> {
                 let _ = warm.await;
             }
             gauges.in_flight.fetch_sub(1, Ordering::SeqCst);
-            if let (Ok(stats), Some(sizer)) = (&out, &sizer) {
-                if let Some(first_byte) = stats.first_byte {
-                    sizer.lock().unwrap_or_else(|p| p.into_inner()).completed(
-                        stats.bytes_fetched,
-                        first_byte,
+            if let Some(sizer) = &sizer {
+                let mut s = sizer.lock().unwrap_or_else(|p| p.into_inner());
+                s.ended(id);
+                if let Ok(PartStats {
+                    first_byte: Some(first_byte),
+                    bytes_fetched,
+                    ..
+                }) = &out
+                {
+                    s.completed(
+                        *bytes_fetched,
+                        *first_byte,
                         started.elapsed(),
                         Instant::now(),
                     );
@@ -344,7 +382,13 @@ impl<S: PartSource + ?Sized> Run<S> {
             gauges.staged.fetch_sub(need, Ordering::SeqCst);
             drop(room);
             drop(permit);
-            out
+            // Cancelled alone (not the load): sent again.
+            let alone = token.is_cancelled() && !stop.is_cancelled();
+            Ended {
+                again: again.filter(|_| alone && out.is_err()),
+                alone,
+                out,
+            }
         });
     }
 }

@@ -216,3 +216,39 @@ fn joined_requests_stay_within_the_staging_budget() {
     assert!((2048..=8192).contains(&largest), "{largest}");
     assert!(stats.peak_staging <= 8192, "{stats:?}");
 }
+
+#[test]
+fn a_store_that_serves_requests_in_turn_gets_the_queued_parts_again_joined() {
+    // One slot, 40 ms of service a request: the 64 parts sent at once
+    // answer 40 ms apart (long beside a busy machine's timer noise). Once two answered and one completed, the parts
+    // not yet answered are cancelled and sent again, joined.
+    let ms = Duration::from_millis(1);
+    let (_, plan, bytes) = setup(vec![]);
+    let load = |join_up_to: Option<u64>| {
+        let src = Arc::new(MockSource {
+            bytes: bytes.clone(),
+            delay: 10 * ms,
+            transfer: 5 * ms,
+            slots: Some(Arc::new(tokio::sync::Semaphore::new(1))),
+            service: 40 * ms,
+            ..Default::default()
+        });
+        let mut out = vec![0u8; bytes.len()];
+        // SAFETY: `out` outlives `execute` and is untouched meanwhile.
+        let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
+        let opts = ExecOptions {
+            join_up_to,
+            ..ExecOptions::new(64)
+        };
+        let stats = run(src.clone(), plan.clone(), dest, opts, &CancelToken::new()).unwrap();
+        assert_eq!(out, bytes);
+        let served = src.finished.load(Ordering::SeqCst);
+        (stats, src.largest.load(Ordering::SeqCst), served)
+    };
+    let (stats, largest, _) = load(Some(16 * 1024));
+    assert_eq!(stats.bytes_fetched, 64 * 1024, "{stats:?}");
+    assert!(largest > 4 * 1024, "{largest} {stats:?}");
+    // Without joining (an explicit setting), every part waits its turn.
+    let (stats, largest, served) = load(None);
+    assert_eq!((stats.requests, largest, served), (64, 1024, 64));
+}

@@ -3,10 +3,12 @@
 //! request sizes.
 
 mod adapt;
+mod budget;
 mod executor;
 mod frontier;
 mod landed;
 mod options;
+mod queueing;
 mod runtime;
 mod sizing;
 

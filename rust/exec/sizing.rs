@@ -15,11 +15,21 @@
 //! A joined request stays within the source's largest (`max`), the staging
 //! budget (the caller's `fits`), and the tail: never so large that it alone
 //! would outlast the rest of the load at the rate measured.
+//!
+//! Where the first answers showed the store serving requests in turn
+//! (`queueing`), the size instead balances the two costs of the bytes left:
+//! `n` requests of `rest / n` bytes end after `n` service times plus one
+//! request's transfer, least at `sqrt(rest x rate x service)` bytes each.
+//! Sent together, they queue once; each later one is a little smaller, as
+//! less is left, so they end close together.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::adapt::BYTES_PER_REQUEST;
+use super::queueing::Queueing;
+use crate::cancel::CancelToken;
 use crate::plan::Part;
 
 /// Completed parts a decision looks back on.
@@ -44,6 +54,11 @@ pub struct Sizer {
     /// When the part before the oldest sample completed (or the load began).
     since: Instant,
     recent: VecDeque<Sample>,
+    queueing: Queueing,
+    /// Parts cancelled to be sent again whose tasks have not ended yet.
+    returning: usize,
+    /// Requests still to size once the store showed it serves them in turn.
+    turns: Option<u64>,
 }
 
 impl Sizer {
@@ -53,7 +68,42 @@ impl Sizer {
             max,
             since: now,
             recent: VecDeque::with_capacity(WINDOW),
+            queueing: Queueing::new(),
+            returning: 0,
+            turns: None,
         }
+    }
+
+    /// Whether parts cancelled to be sent again are still on their way
+    /// back: joining waits for them, or it would send them one by one.
+    pub fn returning(&self) -> bool {
+        self.returning > 0
+    }
+
+    /// One part cancelled to be sent again has ended.
+    pub fn returned(&mut self) {
+        self.returning = self.returning.saturating_sub(1);
+    }
+
+    /// No part is running any more, so none is on its way back.
+    pub fn returned_all(&mut self) {
+        self.returning = 0;
+    }
+
+    /// Part `id` was sent at `at`; `cancel` stops it alone (see
+    /// `queueing`).
+    pub fn sent(&mut self, id: u64, at: Instant, cancel: CancelToken) {
+        self.queueing.sent(id, at, cancel);
+    }
+
+    /// Part `id`'s first byte arrived at `at`.
+    pub fn first_byte(&mut self, id: u64, at: Instant) {
+        self.queueing.first_byte(id, at);
+    }
+
+    /// Part `id` ended, whether or not it completed.
+    pub fn ended(&mut self, id: u64) {
+        self.queueing.ended(id);
     }
 
     /// Records a part of `bytes` that took `took` in all, `first_byte` of
@@ -71,13 +121,57 @@ impl Sizer {
             bytes,
             at: now,
         });
+        // A completed part gives the per-connection rate the sizes below
+        // need: the moment to decide whether the first wave queued.
+        self.returning += self.queueing.decide();
+    }
+
+    /// The next request's size once the store showed it serves requests in
+    /// turn: `n` requests of `queued / n` bytes end after `n` service times
+    /// and one request's transfer, least at `n = sqrt(queued / (rate x
+    /// service))`. `n` is fixed the first time (every part sent back is in
+    /// the queue then); each request then takes an equal share of what is
+    /// left, so joining whole parts never leaves a tail of extra requests.
+    /// Equal, not falling, sizes (which would end together if served in
+    /// the order sent): requests sent together on new connections reach the
+    /// store in no set order, and a large one served last would hold the
+    /// load's end.
+    fn in_turn(&mut self, queued: u64, service: f64) -> u64 {
+        let (rate, part) = match self.recent.len() {
+            0 => (BYTES_PER_REQUEST, 0.0),
+            n => {
+                let bytes = self.recent.iter().map(|s| s.bytes).sum::<u64>() as f64;
+                (self.per_request_rate(), bytes / n as f64)
+            }
+        };
+        let left = *self.turns.get_or_insert_with(|| {
+            let n = (queued as f64 / (rate * service.max(MIN_SECONDS))).sqrt();
+            n.round().clamp(1.0, u32::MAX as f64) as u64
+        });
+        self.turns = Some(left.saturating_sub(1).max(1));
+        // Joining stops short of the target, so half a planned part more
+        // rounds to the nearest whole part.
+        let bytes = queued as f64 / left as f64 + part / 2.0;
+        bytes.min(self.max as f64) as u64
+    }
+
+    /// Bytes a request moves a second once its first byte arrived, over the
+    /// recent parts.
+    fn per_request_rate(&self) -> f64 {
+        let bytes = self.recent.iter().map(|s| s.bytes).sum::<u64>() as f64;
+        let transfer: f64 = self.recent.iter().map(|s| s.transfer).sum();
+        bytes / transfer.max(MIN_SECONDS)
     }
 
     /// Bytes the next request should carry with `queued` bytes not yet
     /// requested: as many as one request moves in the time its first byte
-    /// takes (median wait x one request's rate), within the tail and `max`.
-    /// `None` until enough parts completed.
-    pub fn target(&self, queued: u64) -> Option<u64> {
+    /// takes (median wait x one request's rate), within the tail and `max`;
+    /// on a store that serves requests in turn, sizes that end together
+    /// (see `in_turn`). `None` until enough parts completed.
+    pub fn target(&mut self, queued: u64) -> Option<u64> {
+        if let Some(service) = self.queueing.per_request() {
+            return Some(self.in_turn(queued, service));
+        }
         if self.recent.len() < MIN_SAMPLES {
             return None;
         }
@@ -85,8 +179,7 @@ impl Sizer {
         waits.sort_by(f64::total_cmp);
         let wait = waits[waits.len() / 2];
         let bytes = self.recent.iter().map(|s| s.bytes).sum::<u64>() as f64;
-        let transfer: f64 = self.recent.iter().map(|s| s.transfer).sum();
-        let per_request = bytes / transfer;
+        let per_request = self.per_request_rate();
         let last = self.recent.back().map_or(self.since, |s| s.at);
         let whole = bytes
             / last
@@ -121,6 +214,14 @@ impl PartQueue {
         self.parts.is_empty()
     }
 
+    /// Puts a part that was sent but cancelled before it began to arrive
+    /// back in its place, to be joined with its neighbours again.
+    pub fn put_back(&mut self, part: Part) {
+        let at = self.parts.partition_point(|p| p.start < part.start);
+        self.queued += part.len();
+        self.parts.insert(at, part);
+    }
+
     /// The next request: the next planned part, joined with the neighbours
     /// that follow it in its run while the sizer's target allows and
     /// `fits(request, neighbour)` accepts the two as one.
@@ -136,7 +237,13 @@ impl PartQueue {
             return Some(part);
         };
         while let Some(next) = self.parts.front() {
-            if !part.joins(next) || next.end - part.start > target || !fits(&part, next) {
+            // Only where nothing lies between: a part put back may have a
+            // neighbour already fetched, whose bytes a join would fetch again.
+            if !part.joins(next)
+                || next.start != part.end
+                || next.end - part.start > target
+                || !fits(&part, next)
+            {
                 break;
             }
             let Some(next) = self.parts.pop_front() else {
@@ -155,91 +262,5 @@ impl PartQueue {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::plan::{plan_reads, PlanOptions, Want};
-
-    const MS: Duration = Duration::from_millis(1);
-
-    /// A sizer that saw `n` parts of `bytes`, each waiting `wait` and then
-    /// transferring for `transfer`, one after another.
-    fn measured(n: usize, bytes: u64, wait: Duration, transfer: Duration) -> Sizer {
-        let mut now = Instant::now();
-        let mut s = Sizer::new(1 << 30, now);
-        for _ in 0..n {
-            now += wait + transfer;
-            s.completed(bytes, wait, wait + transfer, now);
-        }
-        s
-    }
-
-    #[test]
-    fn the_target_is_what_one_request_moves_while_a_first_byte_waits() {
-        const MB: u64 = 1_000_000;
-        assert_eq!(measured(1, MB, 100 * MS, 10 * MS).target(u64::MAX), None);
-        // 1 MB in 10 ms after 100 ms of waiting: 100 MB/s, so 10 MB.
-        let s = measured(4, MB, 100 * MS, 10 * MS);
-        let t = s.target(u64::MAX).unwrap();
-        assert!((9_900_000..=10_100_000).contains(&t), "{t}");
-        // The transfer dominates: below one part, so nothing is joined.
-        let s = measured(4, 4 * MB, 50 * MS, 160 * MS);
-        assert!(s.target(u64::MAX).unwrap() < 4 * MB);
-        // Never past `max`.
-        let mut s = measured(4, MB, 100 * MS, 10 * MS);
-        s.max = 3 * MB;
-        assert_eq!(s.target(u64::MAX), Some(3 * MB));
-    }
-
-    #[test]
-    fn the_tail_is_not_joined_into_one_long_request() {
-        // One part at a time, 1 MB per 110 ms (9.1 MB/s in all, 100 MB/s
-        // once a request's bytes flow): the last 1 MB ends in 0.11 s, of
-        // which a new request waits 0.1 s, leaving 10 ms at 100 MB/s.
-        let s = measured(4, 1_000_000, 100 * MS, 10 * MS);
-        let t = s.target(1_000_000).unwrap();
-        assert!((990_000..=1_010_000).contains(&t), "{t}");
-        // Less left than a first byte's wait: nothing is joined.
-        assert_eq!(s.target(500_000), Some(0));
-    }
-
-    fn queue(sizer: Option<Sizer>, part: u64, gap: u64) -> PartQueue {
-        // Two runs of 100 bytes each, parts of `part` bytes.
-        let wants = vec![Want::whole(0, 100, 0), Want::whole(1_000, 100, 1)];
-        let opts = PlanOptions {
-            gap_threshold: gap,
-            part_size: part,
-            max_amplification: None,
-            align: None,
-        };
-        let plan = plan_reads(wants, opts).unwrap();
-        PartQueue::new(plan.parts, sizer.map(|s| Arc::new(Mutex::new(s))))
-    }
-
-    fn lengths(mut q: PartQueue, fits: impl Fn(&Part, &Part) -> bool) -> Vec<u64> {
-        std::iter::from_fn(|| q.next(&fits))
-            .map(|p| p.len())
-            .collect()
-    }
-
-    #[test]
-    fn parts_join_within_their_run_the_target_and_what_fits() {
-        let always = |_: &Part, _: &Part| true;
-        // No sizer, or no measurement yet: parts as planned.
-        assert_eq!(lengths(queue(None, 10, 0), always), vec![10; 20]);
-        let fresh = Sizer::new(1 << 30, Instant::now());
-        assert_eq!(lengths(queue(Some(fresh), 10, 0), always), vec![10; 20]);
-        // A first byte that costs as much as 45 bytes' transfer, requests of
-        // at most 40: 40, never across the two runs (the rest of a run is
-        // shorter).
-        let mut s = measured(4, 10, 45 * MS, 10 * MS);
-        s.max = 40;
-        let got = lengths(queue(Some(s), 10, 0), always);
-        assert_eq!(got, vec![40, 40, 20, 40, 40, 20]);
-        // Nor past what the caller's budget check accepts.
-        let mut s = measured(4, 10, 45 * MS, 10 * MS);
-        s.max = 40;
-        let within_25 = |a: &Part, b: &Part| b.end - a.start <= 25;
-        let got = lengths(queue(Some(s), 10, 0), within_25);
-        assert_eq!(got, vec![20; 10]);
-    }
-}
+#[path = "sizing_tests.rs"]
+mod tests;

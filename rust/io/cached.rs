@@ -138,7 +138,12 @@ impl CachedSource {
         entry: Arc<Entry>,
         job: PartJob,
     ) -> Result<PartStats> {
-        let PartJob { part, dest, cancel } = job;
+        let PartJob {
+            part,
+            dest,
+            cancel,
+            on_first_byte,
+        } = job;
         cancel.check()?;
         let (e, d, segments) = (Arc::clone(&entry), Arc::clone(&dest), part.segments.clone());
         // SAFETY: this part is ours until read_part returns, which awaits
@@ -165,6 +170,7 @@ impl CachedSource {
                 part: sub,
                 dest: Arc::clone(&dest),
                 cancel: cancel.clone(),
+                on_first_byte: on_first_byte.clone(),
             };
             let got = Arc::clone(&self.inner).read_part(job).await?;
             stats.bytes_fetched += got.bytes_fetched;

@@ -153,6 +153,7 @@ fn load_with(
             part,
             dest: Arc::clone(&dest),
             cancel: CancelToken::new(),
+            on_first_byte: None,
         };
         let s = rt().block_on(Arc::clone(src).read_part(job)).unwrap();
         total.bytes_fetched += s.bytes_fetched;

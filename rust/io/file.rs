@@ -127,7 +127,9 @@ impl PartSource for FileSource {
     }
 
     fn read_part(self: Arc<Self>, job: PartJob) -> BoxFuture<'static, Result<PartStats>> {
-        let PartJob { part, dest, cancel } = job;
+        let PartJob {
+            part, dest, cancel, ..
+        } = job;
         Box::pin(async move {
             let range = part.start..part.end;
             let uri = self.uri.clone();

@@ -19,6 +19,11 @@ pub struct MockSource {
     /// Each part's wait for its first byte, and then for the rest.
     pub delay: Duration,
     pub transfer: Duration,
+    /// A store that spends `service` on every request, serving as many at
+    /// once as the semaphore has permits, before the delay; a request
+    /// cancelled while it queues leaves the queue.
+    pub slots: Option<Arc<tokio::sync::Semaphore>>,
+    pub service: Duration,
     /// Staging bytes each part claims (`RangeSource::staging_bytes`), and
     /// whether it claims its whole length instead.
     pub staging: u64,
@@ -29,18 +34,48 @@ pub struct MockSource {
     pub largest: AtomicU64,
 }
 
+impl MockSource {
+    /// Waits for a slot and the service time, unless cancelled first.
+    async fn served(&self, cancel: &crate::cancel::CancelToken) -> Result<()> {
+        let Some(slots) = &self.slots else {
+            return Ok(());
+        };
+        let slot = loop {
+            tokio::select! {
+                slot = slots.acquire() => break slot,
+                _ = tokio::time::sleep(Duration::from_millis(1)) => cancel.check()?,
+            }
+        };
+        tokio::time::sleep(self.service).await;
+        drop(slot);
+        Ok(())
+    }
+}
+
 impl PartSource for MockSource {
     fn uri(&self) -> &str {
         "mock://object"
     }
 
     fn read_part(self: Arc<Self>, job: PartJob) -> BoxFuture<'static, Result<PartStats>> {
-        let PartJob { part, dest, cancel } = job;
+        let PartJob {
+            part,
+            dest,
+            cancel,
+            on_first_byte,
+        } = job;
         Box::pin(async move {
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.max_in_flight.fetch_max(now, Ordering::SeqCst);
             self.largest.fetch_max(part.len(), Ordering::SeqCst);
+            if let Err(e) = self.served(&cancel).await {
+                self.in_flight.fetch_sub(1, Ordering::SeqCst);
+                return Err(e);
+            }
             tokio::time::sleep(self.delay).await;
+            if let Some(f) = &on_first_byte {
+                f();
+            }
             tokio::time::sleep(self.transfer).await;
             let out = (|| {
                 cancel.check()?;

@@ -57,7 +57,13 @@ pub struct PartJob {
     pub part: Part,
     pub dest: Arc<Destinations>,
     pub cancel: CancelToken,
+    /// Told when the part's first byte arrives, if the source can tell:
+    /// the store has begun to answer it (see `exec::queueing`).
+    pub on_first_byte: Option<OnFirstByte>,
 }
+
+/// Called once, on the runtime's threads, when a part's first byte arrives.
+pub type OnFirstByte = Arc<dyn Fn() + Send + Sync>;
 
 /// Counters of one part's fetch, summed into the load's stats.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

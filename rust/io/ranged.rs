@@ -130,9 +130,14 @@ pub trait RangedObject: Send + Sync + 'static {
 
 /// Fetches one part, retrying transient failures from where they stopped.
 async fn read_part_retrying<S: RangedObject>(src: &S, job: &PartJob) -> Result<PartStats> {
-    let PartJob { part, dest, cancel } = job;
+    let PartJob {
+        part,
+        dest,
+        cancel,
+        on_first_byte,
+    } = job;
     let policy = &src.remote().policy;
-    let mut sink = PartSink::new(part, dest, cancel);
+    let mut sink = PartSink::new(part, dest, cancel).notifying(on_first_byte.clone());
     let mut stats = PartStats::default();
     let mut attempt = 0u32;
     let started = std::time::Instant::now();

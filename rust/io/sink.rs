@@ -3,6 +3,7 @@
 
 use std::time::Instant;
 
+use super::OnFirstByte;
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
@@ -17,6 +18,7 @@ pub struct PartSink<'a> {
     pos: u64,
     seg: usize,
     first_byte: Option<Instant>,
+    on_first_byte: Option<OnFirstByte>,
 }
 
 impl<'a> PartSink<'a> {
@@ -28,7 +30,14 @@ impl<'a> PartSink<'a> {
             pos: part.start,
             seg: 0,
             first_byte: None,
+            on_first_byte: None,
         }
+    }
+
+    /// Calls `f` when the first byte arrives.
+    pub fn notifying(mut self, f: Option<OnFirstByte>) -> Self {
+        self.on_first_byte = f;
+        self
     }
 
     /// When the first byte of the part arrived, if one has.
@@ -70,10 +79,21 @@ impl<'a> PartSink<'a> {
         Ok(&mut dst[into..into + n])
     }
 
+    /// Bytes arrived: the first time, the part's first byte (timed, and
+    /// told to whoever asked, however the bytes came).
+    fn arrived(&mut self) {
+        if self.first_byte.is_none() {
+            self.first_byte = Some(Instant::now());
+            if let Some(f) = &self.on_first_byte {
+                f();
+            }
+        }
+    }
+
     /// Counts `n` bytes as placed where the last [`Self::next_buf`] said.
     pub fn advance(&mut self, n: usize) {
-        if n > 0 && self.first_byte.is_none() {
-            self.first_byte = Some(Instant::now());
+        if n > 0 {
+            self.arrived();
         }
         self.pos += n as u64;
         while let Some(seg) = self.part.segments.get(self.seg) {
@@ -86,8 +106,8 @@ impl<'a> PartSink<'a> {
 
     pub fn write(&mut self, mut chunk: &[u8]) -> Result<()> {
         self.cancel.check()?;
-        if self.first_byte.is_none() && !chunk.is_empty() {
-            self.first_byte = Some(Instant::now());
+        if !chunk.is_empty() {
+            self.arrived();
         }
         if chunk.len() as u64 > self.remaining() {
             return Err(Error::new(

@@ -88,12 +88,22 @@ impl PartSource for Spanned {
 
     fn read_part(self: Arc<Self>, job: PartJob) -> BoxFuture<'static, Result<PartStats>> {
         Box::pin(async move {
-            let PartJob { part, dest, cancel } = job;
+            let PartJob {
+                part,
+                dest,
+                cancel,
+                on_first_byte,
+            } = job;
             let (member, part) = self.locate(part)?;
             let member = Arc::clone(member);
             let uri = member.uri().to_string();
             member
-                .read_part(PartJob { part, dest, cancel })
+                .read_part(PartJob {
+                    part,
+                    dest,
+                    cancel,
+                    on_first_byte,
+                })
                 .await
                 .map_err(|e| e.with_uri(uri))
         })

@@ -1,0 +1,183 @@
+//! Whether the store serves requests in turn. A load that set neither a
+//! part size nor a concurrency starts its first wave of parts all at once,
+//! which on a store with parallel first-byte latency is what covers the
+//! latency. On a store that spends a fixed time on every request and serves
+//! a few at a time, the same wave queues: its first bytes arrive one service
+//! time apart, and the last part waits for every other one's service.
+//!
+//! That shows in the first answers: a store that waits out its latency for
+//! every request at once has answered nearly every part of a wave by the
+//! time one part has also moved its bytes; a store serving them in turn has
+//! answered a few, one service time apart. The first wait alone does not
+//! tell (it also holds the connection's set-up and a busy host's delays). Once a part has also completed (its transfer gives
+//! the per-connection rate), the parts still waiting for their first byte
+//! are cancelled and go back to the queue, to be sent again joined into a
+//! few larger requests (`sizing::Sizer::target`). A part that has begun to
+//! arrive is never cancelled, and the decision is taken once per load.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use crate::cancel::CancelToken;
+
+/// What the first answers of a load showed, and the parts that may still be
+/// sent again.
+#[derive(Debug)]
+pub struct Queueing {
+    /// Parts sent whose first byte has not arrived: their send time and the
+    /// token that cancels them alone.
+    waiting: HashMap<u64, (Instant, CancelToken)>,
+    /// The first answer's wait, and every first byte's arrival until the
+    /// decision.
+    first_wait: Option<f64>,
+    arrivals: Vec<Instant>,
+    /// Seconds of store time each request costs, once decided.
+    per_request: Option<f64>,
+    decided: bool,
+}
+
+impl Default for Queueing {
+    fn default() -> Self {
+        Queueing::new()
+    }
+}
+
+impl Queueing {
+    pub fn new() -> Queueing {
+        Queueing {
+            waiting: HashMap::new(),
+            first_wait: None,
+            arrivals: Vec::new(),
+            per_request: None,
+            decided: false,
+        }
+    }
+
+    /// Part `id` was sent at `at`; `cancel` stops it alone.
+    pub fn sent(&mut self, id: u64, at: Instant, cancel: CancelToken) {
+        self.waiting.insert(id, (at, cancel));
+    }
+
+    /// Part `id`'s first byte arrived at `at`.
+    pub fn first_byte(&mut self, id: u64, at: Instant) {
+        let Some((sent, _)) = self.waiting.remove(&id) else {
+            return;
+        };
+        if self.first_wait.is_none() {
+            self.first_wait = Some(at.duration_since(sent).as_secs_f64());
+        }
+        if !self.decided {
+            self.arrivals.push(at);
+        }
+    }
+
+    /// Part `id` ended (done, failed or cancelled): it waits no more.
+    pub fn ended(&mut self, id: u64) {
+        self.waiting.remove(&id);
+    }
+
+    /// The store time one request costs, once the first answers showed them
+    /// queued (`None` before, or for a store that answers side by side).
+    pub fn per_request(&self) -> Option<f64> {
+        self.per_request
+    }
+
+    /// Decides, once a part has completed, whether the first answers were
+    /// queued and worth sending again: more parts still wait for their first
+    /// byte than have answered, and at the gap between answers they would
+    /// queue for longer than one more wait. Then cancels every part still
+    /// waiting for its first byte (they go back to the queue) and returns
+    /// how many were cancelled.
+    pub fn decide(&mut self) -> usize {
+        if self.decided {
+            return 0;
+        }
+        let (Some(wait), [first, .., last]) = (self.first_wait, self.arrivals.as_slice()) else {
+            return 0;
+        };
+        self.decided = true;
+        let gap = last.duration_since(*first).as_secs_f64() / (self.arrivals.len() - 1) as f64;
+        let queued_for = gap * self.waiting.len() as f64;
+        // Side by side, nearly every part has answered by the time one has
+        // also moved its bytes; queued, most still wait.
+        if self.waiting.len() <= self.arrivals.len() || queued_for <= wait {
+            return 0;
+        }
+        self.per_request = Some(gap);
+        let cancelled = self.waiting.len();
+        for (_, (_, token)) in self.waiting.drain() {
+            token.cancel();
+        }
+        cancelled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    /// `n` parts sent at once at `t0`, whose first bytes arrive at
+    /// `t0 + wait + i * gap` for the first `answers` of them.
+    fn wave(n: u64, answers: u64, wait: Duration, gap: Duration) -> (Queueing, Vec<CancelToken>) {
+        let t0 = Instant::now();
+        let mut q = Queueing::new();
+        let tokens: Vec<CancelToken> = (0..n).map(|_| CancelToken::new()).collect();
+        for (i, t) in tokens.iter().enumerate() {
+            q.sent(i as u64, t0, t.clone());
+        }
+        for i in 0..answers {
+            q.first_byte(i, t0 + wait + gap * i as u32);
+        }
+        (q, tokens)
+    }
+
+    #[test]
+    fn answers_one_service_time_apart_send_the_rest_again() {
+        // 100 ms of service on one slot and 50 ms of latency: answers at
+        // 150 and 250 ms, 62 parts still queued for 6 s more.
+        let (mut q, tokens) = wave(64, 2, 150 * MS, 100 * MS);
+        assert_eq!(q.decide(), 62);
+        let per = q.per_request().unwrap();
+        assert!((0.099..0.101).contains(&per), "{per}");
+        assert!(tokens[..2].iter().all(|t| !t.is_cancelled()));
+        assert!(tokens[2..].iter().all(CancelToken::is_cancelled));
+        // Once only.
+        assert_eq!(q.decide(), 0);
+    }
+
+    #[test]
+    fn answers_side_by_side_or_jittered_leave_the_wave_alone() {
+        // A whole wave within a few ms of a 50 ms latency.
+        let (mut q, tokens) = wave(64, 20, 50 * MS, MS / 4);
+        assert_eq!(q.decide(), 0);
+        assert_eq!(q.per_request(), None);
+        assert!(tokens.iter().all(|t| !t.is_cancelled()));
+        // Jitter: most of the wave answered, 1 ms apart, by the time one
+        // part completed.
+        let (mut q, _) = wave(64, 48, 50 * MS, MS);
+        assert_eq!(q.decide(), 0);
+    }
+
+    #[test]
+    fn nothing_is_decided_before_two_answers_or_when_little_waits() {
+        let (mut q, _) = wave(64, 1, 150 * MS, 100 * MS);
+        assert_eq!(q.decide(), 0);
+        // Still undecided: a later call with two answers decides.
+        q.first_byte(1, Instant::now() + 400 * MS);
+        assert!(q.decide() > 0);
+        // Queued, but the one part left waits less than a first byte more.
+        let (mut q, _) = wave(3, 2, 150 * MS, 100 * MS);
+        assert_eq!(q.decide(), 0);
+    }
+
+    #[test]
+    fn ended_parts_are_not_cancelled() {
+        let (mut q, tokens) = wave(8, 2, 150 * MS, 100 * MS);
+        q.ended(7);
+        assert_eq!(q.decide(), 5);
+        assert!(!tokens[7].is_cancelled());
+    }
+}
