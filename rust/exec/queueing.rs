@@ -2,23 +2,35 @@
 //! part size nor a concurrency starts its first wave of parts all at once,
 //! which on a store with parallel first-byte latency is what covers the
 //! latency. On a store that spends a fixed time on every request and serves
-//! a few at a time, the same wave queues: its first bytes arrive one service
-//! time apart, and the last part waits for every other one's service.
+//! a few at a time, the same wave queues: each answer waits one service
+//! time longer than the one before, and the last part waits for every
+//! other one's service.
 //!
 //! That shows in the first answers: a store that waits out its latency for
 //! every request at once has answered nearly every part of a wave by the
 //! time one part has also moved its bytes; a store serving them in turn has
-//! answered a few, one service time apart. The first wait alone does not
-//! tell (it also holds the connection's set-up and a busy host's delays). Once a part has also completed (its transfer gives
-//! the per-connection rate), the parts still waiting for their first byte
-//! are cancelled and go back to the queue, to be sent again joined into a
-//! few larger requests (`sizing::Sizer::target`). A part that has begun to
-//! arrive is never cancelled, and the decision is taken once per load.
+//! answered a few, each having waited one service time more. Each answer's
+//! wait is timed from its own send, not from the first: a busy client that
+//! sends the wave over some time (faulting in fresh memory beside it) sees
+//! its answers spread as widely from a store that answers side by side, but
+//! every one after the same wait. The first wait alone does not tell (it
+//! also holds the connection's set-up and a busy host's delays).
+//!
+//! Once a part has also completed (its transfer gives the per-connection
+//! rate), the parts still waiting for their first byte are cancelled and go
+//! back to the queue, to be sent again joined into a few larger requests
+//! (`sizing::InTurn`). A part that has begun to arrive is never cancelled,
+//! and the decision is taken once per load.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::cancel::CancelToken;
+
+/// A store whose requests cost less than this each is not worth sending
+/// parts again for; it is also above the differences between answers that
+/// a busy host's scheduling makes on loopback.
+const MIN_SERVICE: f64 = 0.010;
 
 /// What the first answers of a load showed, and the parts that may still be
 /// sent again.
@@ -27,10 +39,9 @@ pub struct Queueing {
     /// Parts sent whose first byte has not arrived: their send time and the
     /// token that cancels them alone.
     waiting: HashMap<u64, (Instant, CancelToken)>,
-    /// The first answer's wait, and every first byte's arrival until the
-    /// decision.
-    first_wait: Option<f64>,
-    arrivals: Vec<Instant>,
+    /// Each answered part's wait for its first byte, from its own send, in
+    /// the order they arrived, until the decision.
+    waits: Vec<f64>,
     /// Seconds of store time each request costs, once decided.
     per_request: Option<f64>,
     decided: bool,
@@ -46,8 +57,7 @@ impl Queueing {
     pub fn new() -> Queueing {
         Queueing {
             waiting: HashMap::new(),
-            first_wait: None,
-            arrivals: Vec::new(),
+            waits: Vec::new(),
             per_request: None,
             decided: false,
         }
@@ -63,11 +73,8 @@ impl Queueing {
         let Some((sent, _)) = self.waiting.remove(&id) else {
             return;
         };
-        if self.first_wait.is_none() {
-            self.first_wait = Some(at.duration_since(sent).as_secs_f64());
-        }
         if !self.decided {
-            self.arrivals.push(at);
+            self.waits.push(at.duration_since(sent).as_secs_f64());
         }
     }
 
@@ -84,23 +91,24 @@ impl Queueing {
 
     /// Decides, once a part has completed, whether the first answers were
     /// queued and worth sending again: more parts still wait for their first
-    /// byte than have answered, and at the gap between answers they would
-    /// queue for longer than one more wait. Then cancels every part still
-    /// waiting for its first byte (they go back to the queue) and returns
-    /// how many were cancelled.
+    /// byte than have answered, each answer waited at least `MIN_SERVICE`
+    /// longer than the one before (on average), and at that step the parts
+    /// still waiting would queue for longer than one more wait. Then cancels
+    /// every part still waiting for its first byte (they go back to the
+    /// queue) and returns how many were cancelled.
     pub fn decide(&mut self) -> usize {
         if self.decided {
             return 0;
         }
-        let (Some(wait), [first, .., last]) = (self.first_wait, self.arrivals.as_slice()) else {
+        let &[wait, .., last] = self.waits.as_slice() else {
             return 0;
         };
         self.decided = true;
-        let gap = last.duration_since(*first).as_secs_f64() / (self.arrivals.len() - 1) as f64;
+        let gap = (last - wait) / (self.waits.len() - 1) as f64;
         let queued_for = gap * self.waiting.len() as f64;
         // Side by side, nearly every part has answered by the time one has
         // also moved its bytes; queued, most still wait.
-        if self.waiting.len() <= self.arrivals.len() || queued_for <= wait {
+        if self.waiting.len() <= self.waits.len() || gap < MIN_SERVICE || queued_for <= wait {
             return 0;
         }
         self.per_request = Some(gap);
@@ -159,6 +167,28 @@ mod tests {
         // part completed.
         let (mut q, _) = wave(64, 48, 50 * MS, MS);
         assert_eq!(q.decide(), 0);
+        // Loopback on a busy host: answers a few ms apart while most still
+        // wait, but each step under `MIN_SERVICE`.
+        let (mut q, _) = wave(43, 3, 3 * MS, 4 * MS);
+        assert_eq!(q.decide(), 0);
+    }
+
+    #[test]
+    fn a_wave_sent_over_time_is_judged_by_each_part_s_own_wait() {
+        // A busy client sent the parts 100 ms apart; the store answered
+        // each 50 ms after its send. The answers are 100 ms apart, as from
+        // a store serving in turn, but none waited longer than the first.
+        let t0 = Instant::now();
+        let mut q = Queueing::new();
+        let tokens: Vec<CancelToken> = (0..8).map(|_| CancelToken::new()).collect();
+        for (i, t) in tokens.iter().enumerate() {
+            q.sent(i as u64, t0 + 100 * MS * i as u32, t.clone());
+        }
+        for i in 0..2 {
+            q.first_byte(i, t0 + 100 * MS * i as u32 + 50 * MS);
+        }
+        assert_eq!(q.decide(), 0);
+        assert!(tokens.iter().all(|t| !t.is_cancelled()));
     }
 
     #[test]

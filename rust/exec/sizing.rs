@@ -17,11 +17,10 @@
 //! would outlast the rest of the load at the rate measured.
 //!
 //! Where the first answers showed the store serving requests in turn
-//! (`queueing`), the size instead balances the two costs of the bytes left:
-//! `n` requests of `rest / n` bytes end after `n` service times plus one
-//! request's transfer, least at `sqrt(rest x rate x service)` bytes each.
-//! Sent together, they queue once; each later one is a little smaller, as
-//! less is left, so they end close together.
+//! (`queueing`), the rest of the load is instead cut once, into requests of
+//! one length that balances the two costs of the bytes left: more requests
+//! queue longer for the store, larger ones take longer to transfer after
+//! it (`InTurn::cap`).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -57,8 +56,6 @@ pub struct Sizer {
     queueing: Queueing,
     /// Parts cancelled to be sent again whose tasks have not ended yet.
     returning: usize,
-    /// Requests still to size once the store showed it serves them in turn.
-    turns: Option<u64>,
 }
 
 impl Sizer {
@@ -70,7 +67,6 @@ impl Sizer {
             recent: VecDeque::with_capacity(WINDOW),
             queueing: Queueing::new(),
             returning: 0,
-            turns: None,
         }
     }
 
@@ -126,33 +122,19 @@ impl Sizer {
         self.returning += self.queueing.decide();
     }
 
-    /// The next request's size once the store showed it serves requests in
-    /// turn: `n` requests of `queued / n` bytes end after `n` service times
-    /// and one request's transfer, least at `n = sqrt(queued / (rate x
-    /// service))`. `n` is fixed the first time (every part sent back is in
-    /// the queue then); each request then takes an equal share of what is
-    /// left, so joining whole parts never leaves a tail of extra requests.
-    /// Equal, not falling, sizes (which would end together if served in
-    /// the order sent): requests sent together on new connections reach the
-    /// store in no set order, and a large one served last would hold the
-    /// load's end.
-    fn in_turn(&mut self, queued: u64, service: f64) -> u64 {
-        let (rate, part) = match self.recent.len() {
-            0 => (BYTES_PER_REQUEST, 0.0),
-            n => {
-                let bytes = self.recent.iter().map(|s| s.bytes).sum::<u64>() as f64;
-                (self.per_request_rate(), bytes / n as f64)
-            }
+    /// Once the first answers showed the store serving requests in turn:
+    /// what cutting the rest of the load needs (see `InTurn::cap`).
+    pub fn in_turn(&self) -> Option<InTurn> {
+        let service = self.queueing.per_request()?;
+        let rate = match self.recent.len() {
+            0 => BYTES_PER_REQUEST,
+            _ => self.per_request_rate(),
         };
-        let left = *self.turns.get_or_insert_with(|| {
-            let n = (queued as f64 / (rate * service.max(MIN_SECONDS))).sqrt();
-            n.round().clamp(1.0, u32::MAX as f64) as u64
-        });
-        self.turns = Some(left.saturating_sub(1).max(1));
-        // Joining stops short of the target, so half a planned part more
-        // rounds to the nearest whole part.
-        let bytes = queued as f64 / left as f64 + part / 2.0;
-        bytes.min(self.max as f64) as u64
+        Some(InTurn {
+            rate,
+            service,
+            max: self.max,
+        })
     }
 
     /// Bytes a request moves a second once its first byte arrived, over the
@@ -165,13 +147,9 @@ impl Sizer {
 
     /// Bytes the next request should carry with `queued` bytes not yet
     /// requested: as many as one request moves in the time its first byte
-    /// takes (median wait x one request's rate), within the tail and `max`;
-    /// on a store that serves requests in turn, sizes that end together
-    /// (see `in_turn`). `None` until enough parts completed.
-    pub fn target(&mut self, queued: u64) -> Option<u64> {
-        if let Some(service) = self.queueing.per_request() {
-            return Some(self.in_turn(queued, service));
-        }
+    /// takes (median wait x one request's rate), within the tail and `max`.
+    /// `None` until enough parts completed.
+    pub fn target(&self, queued: u64) -> Option<u64> {
         if self.recent.len() < MIN_SAMPLES {
             return None;
         }
@@ -193,11 +171,71 @@ impl Sizer {
     }
 }
 
+/// A store that serves requests in turn: each request's transfer rate once
+/// served, its service time, and the largest request allowed.
+#[derive(Debug, Clone, Copy)]
+pub struct InTurn {
+    pub rate: f64,
+    pub service: f64,
+    pub max: u64,
+}
+
+impl InTurn {
+    /// The request length that ends `parts` soonest. Joined up to `cap`
+    /// bytes (as `PartQueue::next` joins them), they make `m` requests;
+    /// served in turn, in no set order (requests sent together on new
+    /// connections reach the store so), the load ends after about `m`
+    /// service times and the largest request's transfer. Tried at each
+    /// whole number of the largest part up to `max`, so the runs that parts
+    /// already fetched cut short are counted as the requests they will be.
+    pub fn cap(&self, parts: &VecDeque<Part>) -> u64 {
+        let unit = parts.iter().map(Part::len).max().unwrap_or(0).max(1);
+        let mut best = (f64::INFINITY, unit);
+        for k in 1..=(self.max / unit).max(1) {
+            let (requests, largest) = cut(parts, k * unit);
+            let ends = requests as f64 * self.service + largest as f64 / self.rate;
+            if ends < best.0 {
+                best = (ends, k * unit);
+            }
+        }
+        best.1
+    }
+}
+
+/// Whether `next` may join the request `[start, end)` of run `run` within
+/// `cap` bytes: the same run, right after it (a part put back may have a
+/// neighbour already fetched, whose bytes a join would fetch again).
+fn extends(start: u64, end: u64, run: usize, next: &Part, cap: u64) -> bool {
+    next.run == run && next.start == end && next.end - start <= cap
+}
+
+/// The requests `parts` make joined up to `cap` bytes each, and the largest.
+fn cut(parts: &VecDeque<Part>, cap: u64) -> (usize, u64) {
+    let mut iter = parts.iter();
+    let Some(first) = iter.next() else {
+        return (0, 0);
+    };
+    let (mut requests, mut largest) = (1, 0);
+    let (mut start, mut end, mut run) = (first.start, first.end, first.run);
+    for next in iter {
+        if extends(start, end, run, next, cap) {
+            end = next.end;
+            continue;
+        }
+        largest = largest.max(end - start);
+        requests += 1;
+        (start, end, run) = (next.start, next.end, next.run);
+    }
+    (requests, largest.max(end - start))
+}
+
 /// The planned parts not yet requested, handed out one request at a time.
 pub struct PartQueue {
     parts: VecDeque<Part>,
     queued: u64,
     sizer: Option<Arc<Mutex<Sizer>>>,
+    /// The request length once the store showed it serves requests in turn.
+    in_turn: Option<u64>,
 }
 
 impl PartQueue {
@@ -207,6 +245,7 @@ impl PartQueue {
             queued: parts.iter().map(Part::len).sum(),
             parts: parts.into(),
             sizer,
+            in_turn: None,
         }
     }
 
@@ -222,28 +261,34 @@ impl PartQueue {
         self.parts.insert(at, part);
     }
 
+    /// The length the sizer allows the next request: on a store serving
+    /// requests in turn, one length for the rest of the load, chosen the
+    /// first time (every part sent back is in the queue then).
+    fn target(&mut self) -> Option<u64> {
+        if self.in_turn.is_some() {
+            return self.in_turn;
+        }
+        let sizer = Arc::clone(self.sizer.as_ref()?);
+        let sizer = sizer.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(turn) = sizer.in_turn() {
+            self.in_turn = Some(turn.cap(&self.parts));
+            return self.in_turn;
+        }
+        sizer.target(self.queued)
+    }
+
     /// The next request: the next planned part, joined with the neighbours
     /// that follow it in its run while the sizer's target allows and
     /// `fits(request, neighbour)` accepts the two as one.
     pub fn next(&mut self, fits: impl Fn(&Part, &Part) -> bool) -> Option<Part> {
-        let target = self.sizer.as_ref().and_then(|s| {
-            s.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .target(self.queued)
-        });
+        let target = self.target();
         let mut part = self.parts.pop_front()?;
         self.queued -= part.len();
         let Some(target) = target else {
             return Some(part);
         };
         while let Some(next) = self.parts.front() {
-            // Only where nothing lies between: a part put back may have a
-            // neighbour already fetched, whose bytes a join would fetch again.
-            if !part.joins(next)
-                || next.start != part.end
-                || next.end - part.start > target
-                || !fits(&part, next)
-            {
+            if !extends(part.start, part.end, part.run, next, target) || !fits(&part, next) {
                 break;
             }
             let Some(next) = self.parts.pop_front() else {

@@ -1,5 +1,5 @@
 use super::*;
-use crate::plan::{plan_reads, PlanOptions, Want};
+use crate::plan::{plan_reads, PlanOptions, Segment, Want};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -20,11 +20,11 @@ fn the_target_is_what_one_request_moves_while_a_first_byte_waits() {
     const MB: u64 = 1_000_000;
     assert_eq!(measured(1, MB, 100 * MS, 10 * MS).target(u64::MAX), None);
     // 1 MB in 10 ms after 100 ms of waiting: 100 MB/s, so 10 MB.
-    let mut s = measured(4, MB, 100 * MS, 10 * MS);
+    let s = measured(4, MB, 100 * MS, 10 * MS);
     let t = s.target(u64::MAX).unwrap();
     assert!((9_900_000..=10_100_000).contains(&t), "{t}");
     // The transfer dominates: below one part, so nothing is joined.
-    let mut s = measured(4, 4 * MB, 50 * MS, 160 * MS);
+    let s = measured(4, 4 * MB, 50 * MS, 160 * MS);
     assert!(s.target(u64::MAX).unwrap() < 4 * MB);
     // Never past `max`.
     let mut s = measured(4, MB, 100 * MS, 10 * MS);
@@ -37,7 +37,7 @@ fn the_tail_is_not_joined_into_one_long_request() {
     // One part at a time, 1 MB per 110 ms (9.1 MB/s in all, 100 MB/s
     // once a request's bytes flow): the last 1 MB ends in 0.11 s, of
     // which a new request waits 0.1 s, leaving 10 ms at 100 MB/s.
-    let mut s = measured(4, 1_000_000, 100 * MS, 10 * MS);
+    let s = measured(4, 1_000_000, 100 * MS, 10 * MS);
     let t = s.target(1_000_000).unwrap();
     assert!((990_000..=1_010_000).contains(&t), "{t}");
     // Less left than a first byte's wait: nothing is joined.
@@ -102,27 +102,52 @@ fn queued(max: u64) -> (Sizer, Vec<CancelToken>) {
     (s, tokens)
 }
 
-#[test]
-fn a_queueing_store_gets_requests_that_balance_service_and_transfer() {
-    let (mut s, tokens) = queued(256 << 20);
+/// Parts of 4 MiB, one run, back to back, but for those at `fetched`
+/// (answered before the verdict: not in the queue).
+fn sent_back(n: u64, fetched: &[u64]) -> Vec<Part> {
+    let len = 4u64 << 20;
+    (0..n)
+        .filter(|i| !fetched.contains(i))
+        .map(|i| Part {
+            start: i * len,
+            end: (i + 1) * len,
+            segments: vec![Segment {
+                offset: i * len,
+                len,
+                slot: 0,
+                slot_offset: i * len,
+            }],
+            run: 0,
+        })
+        .collect()
+}
+
+/// The parts of each request a queueing sizer's queue hands out.
+fn requests(max: u64, parts: Vec<Part>) -> Vec<u64> {
+    let (s, tokens) = queued(max);
     assert!(tokens[2..].iter().all(CancelToken::is_cancelled));
     assert!(tokens[..2].iter().all(|t| !t.is_cancelled()));
-    // 62 parts of 4 MiB left, at 25 MB/s a request and 0.1 s of service
-    // each: sqrt(260 MB / 2.5 MB) = 10.2, so 10 requests of about 6.2
-    // parts, joined from whole parts as `PartQueue::next` joins them.
-    let (part, mut parts) = (4u64 << 20, 62u64);
-    let mut sizes = Vec::new();
-    while parts > 0 {
-        let t = s.target(parts * part).unwrap();
-        let k = (t / part).clamp(1, parts);
-        sizes.push(k);
-        parts -= k;
-    }
-    assert_eq!(sizes.len(), 10, "{sizes:?}");
-    assert!(sizes.iter().all(|k| (6..=7).contains(k)), "{sizes:?}");
+    let mut q = PartQueue::new(parts, Some(Arc::new(Mutex::new(s))));
+    std::iter::from_fn(|| q.next(|_, _| true))
+        .map(|p| p.len() >> 22)
+        .collect()
+}
+
+#[test]
+fn a_queueing_store_gets_requests_that_balance_service_and_transfer() {
+    // 62 parts of 4 MiB sent back, 25 MB/s a request and 0.1 s of service
+    // each: 9 requests of 7 parts end after 0.9 s + 1.17 s, before 11 of 6
+    // (1.1 s + 1.01 s) or 8 of 8 (0.8 s + 1.34 s).
+    let got = requests(256 << 20, sent_back(62, &[]));
+    assert_eq!(got, vec![7, 7, 7, 7, 7, 7, 7, 7, 6], "{got:?}");
+    // Parts fetched before the verdict cut the run: 3 and 1 parts before
+    // them are requests of their own, so the rest is cut finer (6 parts:
+    // 12 requests, 1.2 s + 1.01 s, before 11 with 7: 1.1 s + 1.17 s).
+    let got = requests(256 << 20, sent_back(64, &[3, 5]));
+    assert_eq!(got, vec![3, 1, 6, 6, 6, 6, 6, 6, 6, 6, 6, 4], "{got:?}");
     // Never past `max`.
-    let (mut s, _) = queued(8 << 20);
-    assert_eq!(s.target(248 << 20), Some(8 << 20));
+    let got = requests(8 << 20, sent_back(62, &[]));
+    assert_eq!(got, vec![2; 31], "{got:?}");
 }
 
 #[test]

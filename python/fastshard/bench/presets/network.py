@@ -201,14 +201,17 @@ def _text(args: argparse.Namespace, results: measure.Results, proxy: dict[str, A
 
     raw = med("raw-64")
     lines = [
-        "| loader | writes into | GB/s | ÷ raw 64 | most in flight | client CPU s |",
-        "|---|---|---|---|---|---|",
+        "| loader | writes into | GB/s | ÷ raw 64 | most in flight | requests | client CPU s |",
+        "|---|---|---|---|---|---|---|",
     ]
     for _, label in results:
         conc = 64.0 if label == "raw-64" else med(label, "concurrency")
+        # More requests than parts: the default took the store for one
+        # serving requests in turn and sent parts again (exec/queueing.rs).
         lines.append(
             f"| {label} | {_returns(results, label)} | {med(label):.3f} | "
-            f"{med(label) / raw:.2f}× | {conc:.0f} | {med(label, 'cpu_seconds'):.2f} |"
+            f"{med(label) / raw:.2f}× | {conc:.0f} | {med(label, 'requests'):.0f} "
+            f"| {med(label, 'cpu_seconds'):.2f} |"
         )
     ratio = med("fastshard-default") / raw
     hits, rounds = _rounds_at_target(results)
