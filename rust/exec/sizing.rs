@@ -26,7 +26,6 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::adapt::BYTES_PER_REQUEST;
 use super::queueing::Queueing;
 use crate::cancel::CancelToken;
 use crate::plan::Part;
@@ -123,15 +122,12 @@ impl Sizer {
     }
 
     /// Once the first answers showed the store serving requests in turn:
-    /// what cutting the rest of the load needs (see `InTurn::cap`).
+    /// what cutting the rest of the load needs (see `InTurn::cap`). The
+    /// verdict is only taken in `completed`, so a rate has been measured.
     pub fn in_turn(&self) -> Option<InTurn> {
         let service = self.queueing.per_request()?;
-        let rate = match self.recent.len() {
-            0 => BYTES_PER_REQUEST,
-            _ => self.per_request_rate(),
-        };
         Some(InTurn {
-            rate,
+            rate: self.per_request_rate(),
             service,
             max: self.max,
         })
@@ -296,7 +292,7 @@ impl PartQueue {
             };
             self.queued -= next.len();
             if let Err(next) = part.join(next) {
-                // Checked by `joins` above; kept for the next request.
+                // Checked by `extends` above; kept for the next request.
                 self.queued += next.len();
                 self.parts.push_front(next);
                 break;
