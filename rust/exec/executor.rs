@@ -122,7 +122,7 @@ impl<S: PartSource + ?Sized> Run<S> {
             .with_target(opts.throughput_target);
         let sizer = opts
             .join_up_to
-            .map(|max| Arc::new(Mutex::new(Sizer::new(max, now))));
+            .map(|max| Arc::new(Mutex::new(Sizer::new(max, start as u64, now))));
         Run {
             populate: source.populates_ahead() && populate_enabled(),
             source,
@@ -323,10 +323,10 @@ impl<S: PartSource + ?Sized> Run<S> {
             sizer
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .sent(id, Instant::now(), token.clone());
-            let f: OnFirstByte = Arc::new(move || {
+                .sent(id, token.clone());
+            let f: OnFirstByte = Arc::new(move |waited| {
                 let mut s = sizer.lock().unwrap_or_else(|p| p.into_inner());
-                s.first_byte(id, Instant::now());
+                s.first_byte(id, waited);
             });
             f
         });

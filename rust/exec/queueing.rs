@@ -10,11 +10,13 @@
 //! every request at once has answered nearly every part of a wave by the
 //! time one part has also moved its bytes; a store serving them in turn has
 //! answered a few, each having waited one service time more. Each answer's
-//! wait is timed from its own send, not from the first: a busy client that
-//! sends the wave over some time (faulting in fresh memory beside it) sees
-//! its answers spread as widely from a store that answers side by side, but
-//! every one after the same wait. The first wait alone does not tell (it
-//! also holds the connection's set-up and a busy host's delays).
+//! wait is timed from the start of its own fetch, not from the first send
+//! nor from when the part was handed out: a busy client (faulting in fresh
+//! memory beside the wave) starts the fetches of one wave over tens of
+//! milliseconds, and sees its answers spread as widely from a store that
+//! answers side by side, but every one after the same wait. The first wait
+//! alone does not tell (it also holds the connection's set-up and a busy
+//! host's delays).
 //!
 //! Once a part has also completed (its transfer gives the per-connection
 //! rate), the parts still waiting for their first byte are cancelled and go
@@ -23,7 +25,7 @@
 //! and the decision is taken once per load.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::Duration;
 
 use crate::cancel::CancelToken;
 
@@ -36,26 +38,26 @@ const MIN_SERVICE: f64 = 0.010;
 /// sent again.
 #[derive(Debug)]
 pub struct Queueing {
-    /// Parts sent whose first byte has not arrived: their send time and the
-    /// token that cancels them alone.
-    waiting: HashMap<u64, (Instant, CancelToken)>,
-    /// Each answered part's wait for its first byte, from its own send, in
-    /// the order they arrived, until the decision.
+    /// How many parts the load sends at once before any completes (the
+    /// first wave): the only ones judged, since a load that starts with a
+    /// few requests and grows queues nothing worth sending again.
+    wave: u64,
+    /// Parts of the first wave whose first byte has not arrived: the token
+    /// that cancels each alone.
+    waiting: HashMap<u64, CancelToken>,
+    /// Each answered part's wait for its first byte, from its fetch's
+    /// start, in the order they arrived, until the decision.
     waits: Vec<f64>,
     /// Seconds of store time each request costs, once decided.
     per_request: Option<f64>,
     decided: bool,
 }
 
-impl Default for Queueing {
-    fn default() -> Self {
-        Queueing::new()
-    }
-}
-
 impl Queueing {
-    pub fn new() -> Queueing {
+    /// Judges the first `wave` parts sent (numbered from 0).
+    pub fn new(wave: u64) -> Queueing {
         Queueing {
+            wave,
             waiting: HashMap::new(),
             waits: Vec::new(),
             per_request: None,
@@ -63,18 +65,17 @@ impl Queueing {
         }
     }
 
-    /// Part `id` was sent at `at`; `cancel` stops it alone.
-    pub fn sent(&mut self, id: u64, at: Instant, cancel: CancelToken) {
-        self.waiting.insert(id, (at, cancel));
+    /// Part `id` was sent; `cancel` stops it alone.
+    pub fn sent(&mut self, id: u64, cancel: CancelToken) {
+        if id < self.wave && !self.decided {
+            self.waiting.insert(id, cancel);
+        }
     }
 
-    /// Part `id`'s first byte arrived at `at`.
-    pub fn first_byte(&mut self, id: u64, at: Instant) {
-        let Some((sent, _)) = self.waiting.remove(&id) else {
-            return;
-        };
-        if !self.decided {
-            self.waits.push(at.duration_since(sent).as_secs_f64());
+    /// Part `id`'s first byte arrived, `waited` after its fetch started.
+    pub fn first_byte(&mut self, id: u64, waited: Duration) {
+        if self.waiting.remove(&id).is_some() && !self.decided {
+            self.waits.push(waited.as_secs_f64());
         }
     }
 
@@ -92,8 +93,9 @@ impl Queueing {
     /// Decides, once a part has completed, whether the first answers were
     /// queued and worth sending again: more parts still wait for their first
     /// byte than have answered, each answer waited at least `MIN_SERVICE`
-    /// longer than the one before (on average), and at that step the parts
-    /// still waiting would queue for longer than one more wait. Then cancels
+    /// longer than the one before (on average), the first waited at least
+    /// half such a step, and at that step the parts still waiting would
+    /// queue for longer than one more wait. Then cancels
     /// every part still waiting for its first byte (they go back to the
     /// queue) and returns how many were cancelled.
     pub fn decide(&mut self) -> usize {
@@ -107,13 +109,19 @@ impl Queueing {
         let gap = (last - wait) / (self.waits.len() - 1) as f64;
         let queued_for = gap * self.waiting.len() as f64;
         // Side by side, nearly every part has answered by the time one has
-        // also moved its bytes; queued, most still wait.
-        if self.waiting.len() <= self.waits.len() || gap < MIN_SERVICE || queued_for <= wait {
+        // also moved its bytes; queued, most still wait. A store serving in
+        // turn spent a service time on the first answer too: a first answer
+        // much quicker than the steps after it is a busy host's doing.
+        if self.waiting.len() <= self.waits.len()
+            || gap < MIN_SERVICE
+            || wait < gap / 2.0
+            || queued_for <= wait
+        {
             return 0;
         }
         self.per_request = Some(gap);
         let cancelled = self.waiting.len();
-        for (_, (_, token)) in self.waiting.drain() {
+        for (_, token) in self.waiting.drain() {
             token.cancel();
         }
         cancelled
@@ -127,17 +135,16 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
-    /// `n` parts sent at once at `t0`, whose first bytes arrive at
-    /// `t0 + wait + i * gap` for the first `answers` of them.
+    /// `n` parts sent at once, whose first bytes arrive after
+    /// `wait + i * gap` for the first `answers` of them.
     fn wave(n: u64, answers: u64, wait: Duration, gap: Duration) -> (Queueing, Vec<CancelToken>) {
-        let t0 = Instant::now();
-        let mut q = Queueing::new();
+        let mut q = Queueing::new(n);
         let tokens: Vec<CancelToken> = (0..n).map(|_| CancelToken::new()).collect();
         for (i, t) in tokens.iter().enumerate() {
-            q.sent(i as u64, t0, t.clone());
+            q.sent(i as u64, t.clone());
         }
         for i in 0..answers {
-            q.first_byte(i, t0 + wait + gap * i as u32);
+            q.first_byte(i, wait + gap * i as u32);
         }
         (q, tokens)
     }
@@ -171,22 +178,23 @@ mod tests {
         // wait, but each step under `MIN_SERVICE`.
         let (mut q, _) = wave(43, 3, 3 * MS, 4 * MS);
         assert_eq!(q.decide(), 0);
+        // Or one step over it after a first answer within a millisecond (a
+        // store serving in turn spends its service time on the first too).
+        let (mut q, _) = wave(43, 2, MS / 2, 12 * MS);
+        assert_eq!(q.decide(), 0);
     }
 
     #[test]
-    fn a_wave_sent_over_time_is_judged_by_each_part_s_own_wait() {
-        // A busy client sent the parts 100 ms apart; the store answered
-        // each 50 ms after its send. The answers are 100 ms apart, as from
-        // a store serving in turn, but none waited longer than the first.
-        let t0 = Instant::now();
-        let mut q = Queueing::new();
+    fn only_the_first_wave_is_judged() {
+        // A load that starts with two requests and grows: the parts sent
+        // after the first two never count as waiting.
+        let mut q = Queueing::new(2);
         let tokens: Vec<CancelToken> = (0..8).map(|_| CancelToken::new()).collect();
         for (i, t) in tokens.iter().enumerate() {
-            q.sent(i as u64, t0 + 100 * MS * i as u32, t.clone());
+            q.sent(i as u64, t.clone());
         }
-        for i in 0..2 {
-            q.first_byte(i, t0 + 100 * MS * i as u32 + 50 * MS);
-        }
+        q.first_byte(0, 150 * MS);
+        q.first_byte(1, 250 * MS);
         assert_eq!(q.decide(), 0);
         assert!(tokens.iter().all(|t| !t.is_cancelled()));
     }
@@ -196,7 +204,7 @@ mod tests {
         let (mut q, _) = wave(64, 1, 150 * MS, 100 * MS);
         assert_eq!(q.decide(), 0);
         // Still undecided: a later call with two answers decides.
-        q.first_byte(1, Instant::now() + 400 * MS);
+        q.first_byte(1, 400 * MS);
         assert!(q.decide() > 0);
         // Queued, but the one part left waits less than a first byte more.
         let (mut q, _) = wave(3, 2, 150 * MS, 100 * MS);

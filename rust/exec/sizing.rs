@@ -58,13 +58,14 @@ pub struct Sizer {
 }
 
 impl Sizer {
-    /// Requests of at most `max` bytes.
-    pub fn new(max: u64, now: Instant) -> Sizer {
+    /// Requests of at most `max` bytes, for a load that sends `wave` parts
+    /// at once to begin with.
+    pub fn new(max: u64, wave: u64, now: Instant) -> Sizer {
         Sizer {
             max,
             since: now,
             recent: VecDeque::with_capacity(WINDOW),
-            queueing: Queueing::new(),
+            queueing: Queueing::new(wave),
             returning: 0,
         }
     }
@@ -85,15 +86,15 @@ impl Sizer {
         self.returning = 0;
     }
 
-    /// Part `id` was sent at `at`; `cancel` stops it alone (see
+    /// Part `id` was sent; `cancel` stops it alone (see
     /// `queueing`).
-    pub fn sent(&mut self, id: u64, at: Instant, cancel: CancelToken) {
-        self.queueing.sent(id, at, cancel);
+    pub fn sent(&mut self, id: u64, cancel: CancelToken) {
+        self.queueing.sent(id, cancel);
     }
 
-    /// Part `id`'s first byte arrived at `at`.
-    pub fn first_byte(&mut self, id: u64, at: Instant) {
-        self.queueing.first_byte(id, at);
+    /// Part `id`'s first byte arrived after `waited` from its fetch's start.
+    pub fn first_byte(&mut self, id: u64, waited: Duration) {
+        self.queueing.first_byte(id, waited);
     }
 
     /// Part `id` ended, whether or not it completed.

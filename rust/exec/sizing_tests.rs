@@ -7,7 +7,7 @@ const MS: Duration = Duration::from_millis(1);
 /// transferring for `transfer`, one after another.
 fn measured(n: usize, bytes: u64, wait: Duration, transfer: Duration) -> Sizer {
     let mut now = Instant::now();
-    let mut s = Sizer::new(1 << 30, now);
+    let mut s = Sizer::new(1 << 30, 64, now);
     for _ in 0..n {
         now += wait + transfer;
         s.completed(bytes, wait, wait + transfer, now);
@@ -68,7 +68,7 @@ fn parts_join_within_their_run_the_target_and_what_fits() {
     let always = |_: &Part, _: &Part| true;
     // No sizer, or no measurement yet: parts as planned.
     assert_eq!(lengths(queue(None, 10, 0), always), vec![10; 20]);
-    let fresh = Sizer::new(1 << 30, Instant::now());
+    let fresh = Sizer::new(1 << 30, 64, Instant::now());
     assert_eq!(lengths(queue(Some(fresh), 10, 0), always), vec![10; 20]);
     // A first byte that costs as much as 45 bytes' transfer, requests of
     // at most 40: 40, never across the two runs (the rest of a run is
@@ -90,13 +90,13 @@ fn parts_join_within_their_run_the_target_and_what_fits() {
 /// see `tokens`), and one 4 MiB part completed at 25 MB/s.
 fn queued(max: u64) -> (Sizer, Vec<CancelToken>) {
     let t0 = Instant::now();
-    let mut s = Sizer::new(max, t0);
+    let mut s = Sizer::new(max, 64, t0);
     let tokens: Vec<CancelToken> = (0..64).map(|_| CancelToken::new()).collect();
     for (i, t) in tokens.iter().enumerate() {
-        s.sent(i as u64, t0, t.clone());
+        s.sent(i as u64, t.clone());
     }
-    s.first_byte(0, t0 + 150 * MS);
-    s.first_byte(1, t0 + 250 * MS);
+    s.first_byte(0, 150 * MS);
+    s.first_byte(1, 250 * MS);
     s.ended(0);
     s.completed(4 << 20, 150 * MS, 318 * MS, t0 + 318 * MS);
     (s, tokens)

@@ -65,6 +65,7 @@ impl PartSource for MockSource {
             on_first_byte,
         } = job;
         Box::pin(async move {
+            let started = std::time::Instant::now();
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.max_in_flight.fetch_max(now, Ordering::SeqCst);
             self.largest.fetch_max(part.len(), Ordering::SeqCst);
@@ -73,8 +74,9 @@ impl PartSource for MockSource {
                 return Err(e);
             }
             tokio::time::sleep(self.delay).await;
+            let waited = started.elapsed();
             if let Some(f) = &on_first_byte {
-                f();
+                f(waited);
             }
             tokio::time::sleep(self.transfer).await;
             let out = (|| {
@@ -93,7 +95,7 @@ impl PartSource for MockSource {
                     bytes_from_cache: 0,
                     requests: 1,
                     retries: 0,
-                    first_byte: Some(self.delay),
+                    first_byte: Some(waited),
                 })
             })();
             self.in_flight.fetch_sub(1, Ordering::SeqCst);

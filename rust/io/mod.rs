@@ -62,8 +62,11 @@ pub struct PartJob {
     pub on_first_byte: Option<OnFirstByte>,
 }
 
-/// Called once, on the runtime's threads, when a part's first byte arrives.
-pub type OnFirstByte = Arc<dyn Fn() + Send + Sync>;
+/// Called once, on the runtime's threads, when a part's first byte arrives,
+/// with how long it waited for it from the start of the part's fetch (not
+/// from when the part was handed out: a busy client may start a wave's
+/// fetches some time after it handed them out).
+pub type OnFirstByte = Arc<dyn Fn(std::time::Duration) + Send + Sync>;
 
 /// Counters of one part's fetch, summed into the load's stats.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

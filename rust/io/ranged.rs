@@ -140,7 +140,6 @@ async fn read_part_retrying<S: RangedObject>(src: &S, job: &PartJob) -> Result<P
     let mut sink = PartSink::new(part, dest, cancel).notifying(on_first_byte.clone());
     let mut stats = PartStats::default();
     let mut attempt = 0u32;
-    let started = std::time::Instant::now();
     loop {
         cancel.check()?;
         attempt += 1;
@@ -148,7 +147,7 @@ async fn read_part_retrying<S: RangedObject>(src: &S, job: &PartJob) -> Result<P
         let start = sink.position();
         let outcome = bounded(src.stream(start, part.end, &mut sink), cancel).await;
         stats.bytes_fetched += sink.position() - start;
-        stats.first_byte = sink.first_byte().map(|t| t - started);
+        stats.first_byte = sink.first_byte();
         let err = match outcome {
             Ok(()) if sink.remaining() == 0 => return Ok(stats),
             Ok(()) => Error::new(

@@ -17,6 +17,7 @@ pub struct PartSink<'a> {
     cancel: &'a CancelToken,
     pos: u64,
     seg: usize,
+    started: Instant,
     first_byte: Option<Instant>,
     on_first_byte: Option<OnFirstByte>,
 }
@@ -29,6 +30,7 @@ impl<'a> PartSink<'a> {
             cancel,
             pos: part.start,
             seg: 0,
+            started: Instant::now(),
             first_byte: None,
             on_first_byte: None,
         }
@@ -40,9 +42,10 @@ impl<'a> PartSink<'a> {
         self
     }
 
-    /// When the first byte of the part arrived, if one has.
-    pub fn first_byte(&self) -> Option<Instant> {
-        self.first_byte
+    /// How long the part waited for its first byte from the sink's making
+    /// (the start of its fetch), if one has arrived.
+    pub fn first_byte(&self) -> Option<std::time::Duration> {
+        self.first_byte.map(|t| t - self.started)
     }
 
     /// Absolute offset of the next byte expected.
@@ -83,9 +86,10 @@ impl<'a> PartSink<'a> {
     /// told to whoever asked, however the bytes came).
     fn arrived(&mut self) {
         if self.first_byte.is_none() {
-            self.first_byte = Some(Instant::now());
+            let now = Instant::now();
+            self.first_byte = Some(now);
             if let Some(f) = &self.on_first_byte {
-                f();
+                f(now - self.started);
             }
         }
     }
@@ -201,6 +205,8 @@ pub fn exact(bytes: Vec<u8>, offset: u64, len: u64) -> Result<Vec<u8>> {
 mod tests {
     use super::*;
     use crate::plan::Segment;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
     #[test]
     fn small_loads_get_a_part_per_starting_request() {
@@ -304,5 +310,37 @@ mod tests {
         drop(dest);
         assert_eq!(a, vec![10, 11, 12, 13, 14]);
         assert_eq!(b, vec![0, 0, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29]);
+    }
+    #[test]
+    fn the_first_byte_is_told_once_with_its_wait_from_the_fetch_s_start() {
+        let part = Part {
+            start: 0,
+            end: 4,
+            segments: vec![Segment {
+                offset: 0,
+                len: 4,
+                slot: 0,
+                slot_offset: 0,
+            }],
+            run: 0,
+        };
+        let mut a = vec![0u8; 4];
+        // SAFETY: `a` outlives the sink and is untouched meanwhile.
+        let dest = unsafe { Destinations::new(vec![(a.as_mut_ptr(), a.len())]) };
+        let cancel = CancelToken::new();
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&told);
+        let hook: OnFirstByte = Arc::new(move |w| seen.lock().unwrap().push(w));
+        let mut sink = PartSink::new(&part, &dest, &cancel).notifying(Some(hook));
+        // The wait starts at the sink's making, however late that is.
+        std::thread::sleep(Duration::from_millis(20));
+        sink.write(&[1, 2]).unwrap();
+        sink.write(&[3, 4]).unwrap();
+        let told = told.lock().unwrap().clone();
+        assert_eq!(told.len(), 1);
+        assert!(told[0] >= Duration::from_millis(20), "{told:?}");
+        assert_eq!(sink.first_byte(), Some(told[0]));
+        drop(dest);
+        assert_eq!(a, vec![1, 2, 3, 4]);
     }
 }
