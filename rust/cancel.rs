@@ -2,21 +2,22 @@
 //! the edge (the Python binding turns Ctrl-C into it) and read by opens,
 //! loads, saves and uploads alike.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 
 /// A shared flag that asks every read of a load to stop. Reads check it
-/// between chunks, so cancelling takes effect within one chunk's time.
-/// A child token also reads as cancelled when its parent is, which lets one
-/// failed part stop its siblings without touching the caller's token.
-/// A token may carry the operation's deadline, which retries respect.
+/// between chunks, and whatever awaits the store wakes at once
+/// ([`Self::cancelled`]), so cancelling takes effect within one chunk's
+/// time even where no byte is arriving. A child token is cancelled with its
+/// parent, which lets one failed part stop its siblings without touching
+/// the caller's token. A token may carry the operation's deadline, which
+/// retries respect.
 #[derive(Debug, Clone, Default)]
 pub struct CancelToken {
-    flag: Arc<AtomicBool>,
-    parent: Option<Arc<CancelToken>>,
+    token: CancellationToken,
     deadline: Option<Instant>,
 }
 
@@ -27,8 +28,7 @@ impl CancelToken {
 
     pub fn child(&self) -> Self {
         CancelToken {
-            flag: Arc::default(),
-            parent: Some(Arc::new(self.clone())),
+            token: self.token.child_token(),
             deadline: self.deadline,
         }
     }
@@ -53,11 +53,24 @@ impl CancelToken {
     }
 
     pub fn cancel(&self) {
-        self.flag.store(true, Ordering::Release);
+        self.token.cancel();
     }
 
     pub fn is_cancelled(&self) -> bool {
-        self.flag.load(Ordering::Acquire) || self.parent.as_ref().is_some_and(|p| p.is_cancelled())
+        self.token.is_cancelled()
+    }
+
+    /// Resolves once this token (or a parent) is cancelled.
+    pub async fn cancelled(&self) {
+        self.token.cancelled().await;
+    }
+
+    /// Resolves once the deadline passes; never without one.
+    pub async fn deadline_passed(&self) {
+        match self.deadline {
+            Some(d) => tokio::time::sleep_until(d.into()).await,
+            None => std::future::pending().await,
+        }
     }
 
     /// `Err(Cancelled)` once cancelled, so reads can `?` it.

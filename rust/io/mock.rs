@@ -40,11 +40,9 @@ impl MockSource {
         let Some(slots) = &self.slots else {
             return Ok(());
         };
-        let slot = loop {
-            tokio::select! {
-                slot = slots.acquire() => break slot,
-                _ = tokio::time::sleep(Duration::from_millis(1)) => cancel.check()?,
-            }
+        let slot = tokio::select! {
+            slot = slots.acquire() => slot,
+            _ = cancel.cancelled() => return Err(Error::cancelled()),
         };
         tokio::time::sleep(self.service).await;
         drop(slot);

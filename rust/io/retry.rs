@@ -75,14 +75,10 @@ impl RetryPolicy {
     /// Waits out a backoff, waking early (with `Cancelled`) when the load is
     /// cancelled, so a deadline or Ctrl-C is not held up by a long backoff.
     pub async fn wait(&self, delay: Duration, cancel: &CancelToken) -> Result<()> {
-        let until = Instant::now() + delay;
-        loop {
-            cancel.check()?;
-            let now = Instant::now();
-            if now >= until {
-                return Ok(());
-            }
-            tokio::time::sleep((until - now).min(Duration::from_millis(50))).await;
+        cancel.check()?;
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => Ok(()),
+            _ = cancel.cancelled() => Err(Error::cancelled()),
         }
     }
 }
@@ -111,9 +107,6 @@ where
     }
 }
 
-/// How often a waiting attempt looks at its load's cancel flag and deadline.
-const WATCH_EVERY: Duration = Duration::from_millis(50);
-
 /// Runs one attempt until it ends, the load is cancelled or its deadline
 /// passes. Without this a stalled response holds a failed or out-of-time
 /// load until the client's read timeout (30 s), since reads only look at
@@ -122,21 +115,14 @@ pub(crate) async fn bounded<T>(
     attempt: impl std::future::Future<Output = Result<T>>,
     cancel: &CancelToken,
 ) -> Result<T> {
-    tokio::pin!(attempt);
-    let mut watch = tokio::time::interval(WATCH_EVERY);
-    loop {
-        tokio::select! {
-            out = &mut attempt => return out,
-            _ = watch.tick() => {
-                cancel.check()?;
-                if cancel.past_deadline() {
-                    return Err(Error::new(
-                        ErrorKind::Network,
-                        "deadline passed while waiting for the server",
-                    ));
-                }
-            }
-        }
+    cancel.check()?;
+    tokio::select! {
+        out = attempt => out,
+        _ = cancel.cancelled() => Err(Error::cancelled()),
+        _ = cancel.deadline_passed() => Err(Error::new(
+            ErrorKind::Network,
+            "deadline passed while waiting for the server",
+        )),
     }
 }
 
@@ -242,5 +228,39 @@ mod tests {
 
         let done = rt.block_on(bounded(async { Ok(7) }, &CancelToken::new()));
         assert_eq!(done.unwrap(), 7);
+    }
+
+    #[test]
+    fn a_cancel_wakes_what_waits_without_a_timer() {
+        // A runtime with no time driver: a wait that looked at the flag on
+        // a timer would panic here; the cancel itself must wake it.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let parent = CancelToken::new();
+        let child = parent.child();
+        let p2 = parent.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            p2.cancel();
+        });
+        let stalled = std::future::pending::<Result<()>>();
+        let e = rt.block_on(bounded(stalled, &child)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Cancelled);
+        // A backoff of an hour ends with its load's cancel.
+        let timed = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let load = CancelToken::new();
+        let l2 = load.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            l2.cancel();
+        });
+        let e = timed
+            .block_on(RetryPolicy::default().wait(Duration::from_secs(3600), &load.child()))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Cancelled);
     }
 }
