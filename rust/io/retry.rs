@@ -199,6 +199,15 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(1));
     }
 
+    /// Cancels `token` from another thread `ms` from now.
+    fn cancel_in(token: &CancelToken, ms: u64) {
+        let token = token.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(ms));
+            token.cancel();
+        });
+    }
+
     #[test]
     fn a_stalled_attempt_ends_at_the_deadline_or_on_cancel() {
         // io has no runtime of its own: the facades bring one.
@@ -216,11 +225,7 @@ mod tests {
 
         let parent = CancelToken::new();
         let child = parent.child();
-        let p2 = parent.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(100));
-            p2.cancel();
-        });
+        cancel_in(&parent, 100);
         let started = Instant::now();
         let e = rt.block_on(bounded(stalled(), &child)).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Cancelled);
@@ -239,11 +244,7 @@ mod tests {
             .unwrap();
         let parent = CancelToken::new();
         let child = parent.child();
-        let p2 = parent.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            p2.cancel();
-        });
+        cancel_in(&parent, 50);
         let stalled = std::future::pending::<Result<()>>();
         let e = rt.block_on(bounded(stalled, &child)).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Cancelled);
@@ -253,11 +254,7 @@ mod tests {
             .build()
             .unwrap();
         let load = CancelToken::new();
-        let l2 = load.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            l2.cancel();
-        });
+        cancel_in(&load, 50);
         let e = timed
             .block_on(RetryPolicy::default().wait(Duration::from_secs(3600), &load.child()))
             .unwrap_err();
