@@ -95,9 +95,9 @@ impl Queueing {
     /// byte than have answered, each answer waited at least `MIN_SERVICE`
     /// longer than the one before (on average), the first waited at least
     /// half such a step, and at that step the parts still waiting would
-    /// queue for longer than one more wait. Then cancels
-    /// every part still waiting for its first byte (they go back to the
-    /// queue) and returns how many were cancelled.
+    /// queue for longer than one more wait. Then cancels every part still
+    /// waiting for its first byte (they go back to the queue) and returns
+    /// how many were cancelled.
     pub fn decide(&mut self) -> usize {
         if self.decided {
             return 0;
