@@ -86,8 +86,7 @@ impl Sizer {
         self.returning = 0;
     }
 
-    /// Part `id` was sent; `cancel` stops it alone (see
-    /// `queueing`).
+    /// Part `id` was sent; `cancel` stops it alone (see `queueing`).
     pub fn sent(&mut self, id: u64, cancel: CancelToken) {
         self.queueing.sent(id, cancel);
     }

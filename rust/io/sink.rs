@@ -1,7 +1,7 @@
 //! Streaming a ranged response into a part's destinations, and how network
 //! sources (S3, HTTP) size and coalesce their parts.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::OnFirstByte;
 use crate::buffer::Destinations;
@@ -18,7 +18,8 @@ pub struct PartSink<'a> {
     pos: u64,
     seg: usize,
     started: Instant,
-    first_byte: Option<Instant>,
+    /// The wait for the first byte from `started`, once it arrived.
+    first_byte: Option<Duration>,
     on_first_byte: Option<OnFirstByte>,
 }
 
@@ -44,8 +45,8 @@ impl<'a> PartSink<'a> {
 
     /// How long the part waited for its first byte from the sink's making
     /// (the start of its fetch), if one has arrived.
-    pub fn first_byte(&self) -> Option<std::time::Duration> {
-        self.first_byte.map(|t| t - self.started)
+    pub fn first_byte(&self) -> Option<Duration> {
+        self.first_byte
     }
 
     /// Absolute offset of the next byte expected.
@@ -86,10 +87,10 @@ impl<'a> PartSink<'a> {
     /// told to whoever asked, however the bytes came).
     fn arrived(&mut self) {
         if self.first_byte.is_none() {
-            let now = Instant::now();
-            self.first_byte = Some(now);
+            let waited = self.started.elapsed();
+            self.first_byte = Some(waited);
             if let Some(f) = &self.on_first_byte {
-                f(now - self.started);
+                f(waited);
             }
         }
     }
@@ -206,7 +207,6 @@ mod tests {
     use super::*;
     use crate::plan::Segment;
     use std::sync::{Arc, Mutex};
-    use std::time::Duration;
 
     #[test]
     fn small_loads_get_a_part_per_starting_request() {
