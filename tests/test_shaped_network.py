@@ -315,9 +315,13 @@ def test_network_preset_sets_the_default_beside_fixed_part_sizes(
     got = {(r["source"], r["loader"]) for r in records}
     assert got == {
         ("s3", "raw-64"),
+        ("s3", "raw-64-sized"),
         ("s3", "fastshard-default"),
         ("svc", "fastshard-default"),
         ("svc", "fastshard-4MiB"),
     }, got
-    assert all(r["verified"] and r["requests"] for r in records if r["loader"] != "raw-64")
+    assert all(r["verified"] and r["requests"] for r in records if r["source"] == "svc")
+    # The sized raw row paid one request for the size before its 64.
+    requests = {r["loader"]: r["requests"] for r in records if r["source"] == "s3"}
+    assert requests["raw-64"] == 64 and requests["raw-64-sized"] == 65, requests
     assert "the best fixed part size (fastshard-4MiB)" in done.stdout, done.stdout[-3000:]

@@ -28,20 +28,25 @@ def split(size: int, n: int) -> list[tuple[int, int]]:
     return out
 
 
-def parallel_get(url: str, view: memoryview, ranges: list[tuple[int, int]]) -> None:
-    """One thread per range, each one ranged GET ``readinto`` its part of
-    ``view`` (object offsets = view offsets)."""
+def _connect(url: str) -> tuple[Any, str]:
+    """A new connection to ``url``'s host, and the request target."""
     import http.client
 
     parts = urlsplit(url)
     target = parts.path + (f"?{parts.query}" if parts.query else "")
     https = parts.scheme == "https"
     conn_cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
+    return conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=120), target
+
+
+def parallel_get(url: str, view: memoryview, ranges: list[tuple[int, int]]) -> None:
+    """One thread per range, each one ranged GET ``readinto`` its part of
+    ``view`` (object offsets = view offsets)."""
     errors: list[BaseException] = []
 
     def fetch(start: int, end: int) -> None:
         try:
-            conn = conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=120)
+            conn, target = _connect(url)
             conn.request("GET", target, headers={"Range": f"bytes={start}-{end - 1}"})
             resp = conn.getresponse()
             if resp.status != 206:
@@ -65,6 +70,23 @@ def parallel_get(url: str, view: memoryview, ranges: list[tuple[int, int]]) -> N
         raise errors[0]
 
 
+def object_size(url: str) -> int:
+    """The object's size, from a one-byte ranged GET's ``Content-Range``: the
+    round trip a client that is not told the size pays before its ranged GETs
+    (s5cmd and the AWS CLI send a HEAD; a presigned URL signs GET only)."""
+    conn, target = _connect(url)
+    try:
+        conn.request("GET", target, headers={"Range": "bytes=0-0"})
+        resp = conn.getresponse()
+        resp.read()
+        total = (resp.getheader("Content-Range") or "").rpartition("/")[2]
+        if resp.status != 206 or not total.isdigit():
+            raise RuntimeError(f"size lookup: HTTP {resp.status}, Content-Range {total!r}")
+        return int(total)
+    finally:
+        conn.close()
+
+
 def buffer(spec: dict[str, Any]) -> Any:
     """The destination, made before the clock starts: zero-filled (so its
     pages are faulted in) unless ``fresh``, when it is made on the clock."""
@@ -73,11 +95,17 @@ def buffer(spec: dict[str, Any]) -> Any:
 
 def ceiling_remote(spec: dict[str, Any]) -> Result:
     """``streams`` ranged GETs into one buffer (``spec["_buf"]``, or a fresh
-    anonymous mapping made here, on the clock)."""
+    anonymous mapping made here, on the clock); with ``size_lookup``, after
+    learning the object's size as a client that is not told it must."""
+    lookups = 0
+    if spec.get("size_lookup"):
+        size, lookups = object_size(spec["url"]), 1
+        if size != spec["size"]:
+            raise RuntimeError(f"size lookup: {size} bytes, expected {spec['size']}")
     buf = spec.get("_buf") or mmap.mmap(-1, spec["size"])
     ranges = split(spec["size"], spec.get("streams", 16))
     parallel_get(spec["url"], memoryview(buf), ranges)
-    return buf, {"requests": len(ranges), "bytes_fetched": spec["size"]}
+    return buf, {"requests": len(ranges) + lookups, "bytes_fetched": spec["size"]}
 
 
 def ceiling_file(spec: dict[str, Any]) -> Result:
