@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use reqwest::header::{HeaderMap, CONTENT_RANGE};
+use reqwest::header::{HeaderMap, CONTENT_LENGTH, CONTENT_RANGE};
 use reqwest::StatusCode;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -71,13 +71,36 @@ pub fn check_answer(
         return Err(refused(status).with_range(start..end));
     }
     if !partial && start != 0 {
-        return Err(Error::new(
-            ErrorKind::Unsupported,
-            "the server ignores Range requests; fastshard needs ranged reads",
-        ));
+        return Err(whole_answer(headers, start, end));
     }
     let range = headers.get(CONTENT_RANGE).and_then(|v| v.to_str().ok());
     check(range, partial, start, end).map(|_| ())
+}
+
+/// A 200 to a read that does not start at the object's start. From a server
+/// that ignores Range it is the whole object, which holds the bytes asked
+/// for. A shorter body cannot be that: it is a broken answer, which a retry
+/// may mend (SeaweedFS answers an empty 200 when its handler ends without
+/// writing, as when its own read of the chunks is cancelled under load).
+fn whole_answer(headers: &HeaderMap, start: u64, end: u64) -> Error {
+    let length = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match length {
+        Some(n) if n < end => Error::new(
+            ErrorKind::Network,
+            format!(
+                "the server answered a ranged read with 200 and {n} bytes: neither the bytes \
+                 asked for nor the whole object"
+            ),
+        )
+        .with_range(start..end),
+        _ => Error::new(
+            ErrorKind::Unsupported,
+            "the server ignores Range requests; fastshard needs ranged reads",
+        ),
+    }
 }
 
 fn truncate(s: &str) -> &str {
@@ -135,6 +158,33 @@ mod tests {
         let long = format!("bytes {}", "x".repeat(500));
         let e = check(Some(&long), true, 0, 1).unwrap_err();
         assert!(e.to_string().len() < 300);
+    }
+
+    #[test]
+    fn a_short_200_to_a_ranged_read_is_retried_a_whole_one_is_unsupported() {
+        let answer = |length: Option<&str>| {
+            let mut headers = HeaderMap::new();
+            if let Some(n) = length {
+                headers.insert(CONTENT_LENGTH, n.parse().unwrap());
+            }
+            check_answer(StatusCode::OK, &headers, 100, 200, |_| unreachable!())
+                .unwrap_err()
+                .kind()
+        };
+        assert_eq!(answer(Some("0")), ErrorKind::Network);
+        assert_eq!(answer(Some("199")), ErrorKind::Network);
+        assert_eq!(answer(Some("200")), ErrorKind::Unsupported);
+        assert_eq!(answer(Some("5000")), ErrorKind::Unsupported);
+        assert_eq!(answer(None), ErrorKind::Unsupported);
+        let e = check_answer(
+            StatusCode::OK,
+            &HeaderMap::from_iter([(CONTENT_LENGTH, "0".parse().unwrap())]),
+            100,
+            200,
+            |_| unreachable!(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("100..200"), "{e}");
     }
 
     proptest! {
