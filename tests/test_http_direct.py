@@ -84,6 +84,7 @@ class _Answer:
     ranged = "ranged"  # 206 with Content-Length
     chunked = "chunked"  # 206, chunked
     whole = "whole"  # 200 with the whole file, as a server that ignores Range
+    empty_once = "empty-once"  # one empty 200 (SeaweedFS's, by its code), then ranged
 
 
 @contextlib.contextmanager
@@ -93,6 +94,8 @@ def _scripted(path: Path, mode: str) -> Iterator[tuple[str, list[str]]]:
     the request lines it saw."""
     data = path.read_bytes()
     seen: list[str] = []
+    empties: list[str] = []
+    lock = threading.Lock()
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -106,6 +109,15 @@ def _scripted(path: Path, mode: str) -> Iterator[tuple[str, list[str]]]:
             last = min(last, len(data) - 1)
             body = data[first : last + 1]
             mode_now = _Answer.ranged if len(seen) == 1 else mode
+            if mode_now == _Answer.empty_once:
+                with lock:  # the first data GET only, however the threads run
+                    mode_now = _Answer.ranged if empties else mode_now
+                    empties.append(self.requestline)
+            if mode_now == _Answer.empty_once:
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             if mode_now == _Answer.whole:
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(data)))
@@ -153,3 +165,16 @@ def test_a_full_answer_to_a_ranged_read_is_unsupported(corpus):
         with pytest.raises(fastshard.UnsupportedError, match="ignores Range") as info:
             fastshard.load_state_dict(url, part_size_bytes=4 * MiB, concurrency=4)
     assert c.path.name in str(info.value)
+
+
+def test_an_empty_full_answer_to_a_ranged_read_is_retried(corpus):
+    """A 200 with fewer bytes than the read asked for is not a server that
+    ignores Range (which sends the whole object) but a broken answer."""
+    c = corpus["tz-big"]
+    with _scripted(c.path, _Answer.empty_once) as (url, seen):
+        with fastshard.open(url, part_size_bytes=4 * MiB, concurrency=4) as f:
+            out = f.load_state_dict()
+            stats = f.stats
+    assert_same(out, c.source)
+    assert stats.retries == 1, stats
+    assert len(seen) > 3
