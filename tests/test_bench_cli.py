@@ -173,7 +173,7 @@ def test_tp_preset_tiny_run_checks_every_rank(tmp_path: Path) -> None:
     require_binary("weed")
     done = bench(
         tmp_path, "--preset", "tp", "--size-gib", "0.01", "--world-size", "2",
-        "--modes", "tensorizer,per-rank,unsharded,cooperative",
+        "--modes", "tensorizer,per-rank,unsharded,cooperative", "--no-warmup",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     runs = json.loads((tmp_path / "runs.json").read_text())
@@ -198,7 +198,7 @@ def test_tp_preset_under_a_node_cap_counts_bytes_through_it_and_exchanged(
     monkeypatch.setenv("FASTSHARD_SHAPER", require_shaper())
     done = bench(
         tmp_path, "--preset", "tp", "--size-gib", "0.01", "--world-size", "4",
-        "--node-mbps", "400", "--latency-ms", "1",
+        "--node-mbps", "400", "--latency-ms", "1", "--no-warmup",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     runs = json.loads((tmp_path / "runs.json").read_text())
