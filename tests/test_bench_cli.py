@@ -203,13 +203,16 @@ def test_tp_preset_under_a_node_cap_counts_bytes_through_it_and_exchanged(
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     runs = json.loads((tmp_path / "runs.json").read_text())
     modes = {key.split("/")[1] for key in runs}
-    assert {"per-rank", "packed", "unsharded", "cooperative"} <= modes
+    assert {"per-rank", "packed", "unsharded", "cooperative", "cooperative-collective"} <= modes
+    exchanges = {"cooperative": "shared-memory", "cooperative-collective": "collective"}
     for key, results in runs.items():
+        mode = key.split("/")[1]
         for res in results:
             assert [r["verified"] for r in res["ranks"]] == [True] * 4, key
             assert res["bytes_through_cap"] >= res["bytes_fetched"], (key, res)
             exchanged = res["bytes_received"]
-            assert exchanged > 0 if key.endswith("/cooperative") else exchanged == 0, key
+            assert exchanged > 0 if mode in exchanges else exchanged == 0, key
+            assert res["exchange"] == exchanges.get(mode, ""), (key, res["exchange"])
     assert "through the cap" in (tmp_path / "table.md").read_text()
 
 

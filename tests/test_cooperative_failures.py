@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 from test_tp_loading import SPECS, TPBlock, full_state
 
 import fastshard
-from fastshard import cooperative
+from fastshard import _coopshm, cooperative
 
 BUDGET = 3 << 20  # small enough that the load runs many rounds
 VICTIM = 1
@@ -62,7 +62,10 @@ def _feed(uri: str, rank: int, ws: int, opts: dict[str, Any], out: str) -> None:
                 raise error
 
 
-def _rank_main(rank: int, ws: int, how: str, uri: str, opts: dict[str, Any], out: str) -> None:
+def _rank_main(
+    rank: int, ws: int, how: str, exchange: str, uri: str, opts: dict[str, Any], out: str
+) -> None:
+    os.environ[_coopshm.ENV] = exchange
     dist.init_process_group("gloo", init_method=f"file://{out}/pg", rank=rank, world_size=ws)
     report: dict[str, Any] = {}
     try:
@@ -100,15 +103,23 @@ def full_uri(seaweed: Any) -> tuple[str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize(
-    ("how", "ws"), [("killed", 2), ("killed", 4), ("failed", 4), ("feed", 2), ("feed", 4)]
+    ("how", "ws", "exchange"),
+    [
+        ("killed", 2, "auto"),
+        ("killed", 4, "auto"),
+        ("killed", 4, "collective"),
+        ("failed", 4, "auto"),
+        ("feed", 2, "auto"),
+        ("feed", 4, "collective"),
+    ],
 )
 def test_a_rank_that_stops_stops_every_rank_within_seconds(
-    how: str, ws: int, full_uri: tuple[str, dict[str, Any]], tmp_path: Path
+    how: str, ws: int, exchange: str, full_uri: tuple[str, dict[str, Any]], tmp_path: Path
 ) -> None:
     uri, opts = full_uri
     ctx = mp.get_context("spawn")
     procs = [
-        ctx.Process(target=_rank_main, args=(r, ws, how, uri, opts, str(tmp_path)))
+        ctx.Process(target=_rank_main, args=(r, ws, how, exchange, uri, opts, str(tmp_path)))
         for r in range(ws)
     ]
     for p in procs:
@@ -121,6 +132,9 @@ def test_a_rank_that_stops_stops_every_rank_within_seconds(
             if p.is_alive():
                 p.kill()
     stopped = float((tmp_path / "stopped").read_text())
+    # No rank, the killed one included, leaves its shared memory behind.
+    for p in procs:
+        assert not list(Path("/dev/shm").glob(f"fastshard-coop-{p.pid}-*")), p.pid
     for r in range(ws):
         if r == VICTIM:
             continue

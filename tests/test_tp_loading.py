@@ -8,6 +8,7 @@ budget."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import fastshard
-from fastshard import ShardSpec
+from fastshard import ShardSpec, _coopshm
 
 H, Q, K, INTER, VOCAB = 1024, 1024, 512, 2048, 4096
 SPECS = {
@@ -38,6 +39,9 @@ SPLITS: dict[str, tuple[int, tuple[int, ...] | None] | None] = {
     "down.weight": (1, None),
 }
 DIM0 = ["embed.weight", "qkv.weight", "qkv.bias", "gate_up.weight"]
+# How a cooperative load's ranks exchange (the env's values), and what its
+# stats then say on a group whose ranks share this host.
+EXCHANGES = {"auto": "shared-memory", "collective": "collective"}
 # A state dict has no model shapes to infer splits from: every split is named.
 SD_SPECS = {**SPECS, "embed.weight": 0}
 
@@ -93,6 +97,34 @@ def check_model(model: torch.nn.Module, full: dict[str, torch.Tensor], rank: int
         assert _same_bits(got[name].contiguous(), want.contiguous()), f"rank {rank}: {name}"
 
 
+def _cooperative(
+    uri: str, rank: int, ws: int, full: dict[str, torch.Tensor], budget: int, opts: dict[str, Any]
+) -> dict[str, Any]:
+    """A cooperative model load and state-dict load: the bytes each
+    fetched and received, and how the ranks exchanged."""
+    model = TPBlock(ws)
+    stats = fastshard.load(
+        model, uri, rank, ws, shard_specs=SPECS, cooperative=True, max_host_bytes=budget, **opts
+    )
+    check_model(model, full, rank, ws)
+    # The same as a state dict: the dim-0 splits sliced, the rest whole
+    # (so replicated for this load), within a budget of its own.
+    with fastshard.open(uri, max_host_bytes=budget, **opts) as f:
+        sd = f.load_state_dict(rank=rank, world_size=ws, shard_specs=SD_SPECS, cooperative=True)
+        sd_stats = f.stats
+    for name, t in full.items():
+        want = ref_slice(name, t, rank, ws) if name in DIM0 else t
+        assert _same_bits(sd[name], want.contiguous()), f"rank {rank}: {name}"
+    return {
+        "fetched": stats.bytes_fetched,
+        "received": stats.bytes_received,
+        "peak": stats.peak_host_bytes,
+        "exchange": [stats.exchange, sd_stats.exchange],
+        "sd_received": sd_stats.bytes_received,
+        "sd_share": sum(t.nbytes for t in sd.values()),
+    }
+
+
 def _rank_main(rank: int, ws: int, uris: dict[str, str], opts: dict[str, Any], out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{out}/pg", rank=rank, world_size=ws)
     try:
@@ -133,38 +165,14 @@ def _rank_main(rank: int, ws: int, uris: dict[str, str], opts: dict[str, Any], o
             report["dim0"] = {"fetched": f.stats.bytes_fetched, "share": dim0_share}
 
         # 4. Cooperative: the group fetches the object once between them,
-        # under a budget small enough that big tensors travel in row blocks.
+        # under a budget small enough that big tensors travel in row blocks,
+        # exchanged through shared memory (these ranks share a host) and
+        # through the group's all-to-all (as across hosts).
         budget = 3 << 20
-        model = TPBlock(ws)
-        stats = fastshard.load(
-            model,
-            uris["full"],
-            rank,
-            ws,
-            shard_specs=SPECS,
-            cooperative=True,
-            max_host_bytes=budget,
-            **opts,
-        )
-        check_model(model, full, rank, ws)
-        report["cooperative"] = {
-            "fetched": stats.bytes_fetched,
-            "received": stats.bytes_received,
-            "peak": stats.peak_host_bytes,
-        }
         report["budget"] = budget
-        # The same as a state dict: the dim-0 splits sliced, the rest whole
-        # (so replicated for this load), within a budget of its own.
-        with fastshard.open(uris["full"], max_host_bytes=budget, **opts) as f:
-            sd = f.load_state_dict(rank=rank, world_size=ws, shard_specs=SD_SPECS, cooperative=True)
-            received = f.stats.bytes_received
-        for name, t in full.items():
-            want = ref_slice(name, t, rank, ws) if name in DIM0 else t
-            assert _same_bits(sd[name], want.contiguous()), f"rank {rank}: {name}"
-        report["cooperative_sd"] = {
-            "received": received,
-            "share": sum(t.nbytes for t in sd.values()),
-        }
+        for exchange in EXCHANGES:
+            os.environ[_coopshm.ENV] = exchange
+            report[exchange] = _cooperative(uris["full"], rank, ws, full, budget, opts)
         Path(out, f"rank{rank}.json").write_text(json.dumps(report))
     finally:
         dist.destroy_process_group()
@@ -210,16 +218,21 @@ def test_every_layout_at_world_size(ws: int, tp_objects: dict[str, Any], tmp_pat
         for layout in ("per_rank", "packed"):
             assert r[layout]["fetched"] <= 1.02 * r[layout]["share"], (layout, r)
         assert r["dim0"]["fetched"] <= 1.02 * r["dim0"]["share"], r
-        assert r["cooperative"]["peak"] <= r["budget"], r
-        # From the other ranks a rank receives its own slices and the
-        # replicated tensors, nothing more (less what it fetched itself).
         share = r["per_rank"]["share"]
-        assert r["cooperative"]["received"] <= 1.05 * share, r
-        assert r["cooperative_sd"]["received"] <= 1.05 * r["cooperative_sd"]["share"], r
-        if ws > 1:
-            assert r["cooperative"]["received"] > 0, r
-    total_coop = sum(r["cooperative"]["fetched"] for r in reports)
-    assert total_coop <= 1.02 * tp_objects["size"], (total_coop, tp_objects["size"])
+        for exchange, name in EXCHANGES.items():
+            coop = r[exchange]
+            # A group of one loads alone: nothing to exchange.
+            assert coop["exchange"] == [name if ws > 1 else ""] * 2, (exchange, r)
+            assert coop["peak"] <= r["budget"], r
+            # From the other ranks a rank receives its own slices and the
+            # replicated tensors, nothing more (less what it fetched itself).
+            assert coop["received"] <= 1.05 * share, r
+            assert coop["sd_received"] <= 1.05 * coop["sd_share"], r
+            if ws > 1:
+                assert coop["received"] > 0, r
+    for exchange in EXCHANGES:
+        total_coop = sum(r[exchange]["fetched"] for r in reports)
+        assert total_coop <= 1.02 * tp_objects["size"], (exchange, total_coop, tp_objects["size"])
     if ws > 1:
         # Uncoordinated slicing reads more than the object between the ranks
         # (row-parallel weights are strided); cooperation is what fixes it.

@@ -63,7 +63,10 @@ class LoadStats:
     and waiting for device copies). The staging ring fetches while it
     copies, so the phases can add up to more than ``seconds``.
     ``bytes_received``: bytes a cooperative load received from the other
-    ranks of its group (``bytes_fetched`` counts the store's alone).
+    ranks of its group (``bytes_fetched`` counts the store's alone), and
+    ``exchange`` how: ``"shared-memory"`` (every rank on one host, reading
+    the others' batches where they were fetched), ``"collective"`` (the
+    group's all-to-all), ``""`` for a load that exchanged nothing.
     ``bytes_from_cache``: bytes read from the node's cache (``cache_dir``)
     instead of the store (not in ``bytes_fetched`` either)."""
 
@@ -84,6 +87,7 @@ class LoadStats:
     copy_seconds: float = 0.0
     bytes_received: int = 0
     bytes_from_cache: int = 0
+    exchange: str = ""
 
     @classmethod
     def of_native(cls, raw: Mapping[str, float]) -> LoadStats:
@@ -112,6 +116,7 @@ class LoadStats:
         self.bytes_mapped += other.bytes_mapped
         self.bytes_received += other.bytes_received
         self.bytes_from_cache += other.bytes_from_cache
+        self.exchange = self.exchange or other.exchange
         self.fetch_seconds += other.fetch_seconds
         self.copy_seconds += other.copy_seconds
         self.peak_host_bytes = max(self.peak_host_bytes, other.peak_host_bytes + held)

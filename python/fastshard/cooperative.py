@@ -7,22 +7,28 @@ of the replicated ones, and row-parallel slices are strided, so ranks that
 each read their own share fetch more than the object between them. Here the
 tensors are split into contiguous byte ranges, one per rank (each rank reads
 its range at full speed); the ranks first tell each other which slices they
-load (``_coopplan``), then in each round every rank sends each peer, in one
-all-to-all, only that peer's slices and the replicated tensors it loads.
-Traffic to the store per group is the object's size, whatever the world
-size; a rank receives about its own share of the split tensors plus the
-replicated ones (``LoadStats.bytes_fetched`` and ``bytes_received``).
+load (``_coopplan``), then in rounds each rank fetches a batch of its range
+and every rank takes, from every batch, only its slices and the replicated
+tensors it loads. Traffic to the store per group is the object's size,
+whatever the world size; a rank receives about its own share of the split
+tensors plus the replicated ones (``LoadStats.bytes_fetched`` and
+``bytes_received``).
 
-A round is one agreement (a flag per rank) and one all-to-all. A thread
-fetches round k+1 while round k is packed, exchanged and placed, so under a
-slow store the exchange hides behind the fetch. ``FASTSHARD_COOP_TRACE``
-records where each rank's time goes (``_cooptrace``).
+How a rank gets the others' bytes (``LoadStats.exchange``): where every rank
+maps every other's memory (one host), each copies its slices straight out of
+the owners' batches in shared memory (``_coopshm``); otherwise every owner
+sends each peer its parts in one all-to-all per round. A round is one
+agreement (a flag per rank), then the exchange. A thread fetches round k+1
+while round k is exchanged and placed, so under a slow store the exchange
+hides behind the fetch. ``FASTSHARD_COOP_TRACE`` records where each rank's
+time goes (``_cooptrace``).
 
 Memory: a round holds this rank's batch (``max_host_bytes / (world + 3)``
-bytes, at most 16 MiB: ``Budget.cooperative_batch``), the parts it sends, what it receives
-(at most one batch from each peer), plus the next batch it fetches while
-the exchange runs and that fetch's own headers and scratch. Tensors larger
-than a batch travel as blocks of rows.
+bytes, at most 16 MiB: ``Budget.cooperative_batch``), the next batch it
+fetches while the exchange runs and that fetch's own headers and scratch;
+through the collective also the parts it sends and what it receives (at most
+one batch from each peer). Tensors larger than a batch travel as blocks of
+rows.
 
 Failures: a rank that fails to fetch tells the others at the next round;
 one that fails otherwise, or dies, stops the others through ``_peers``, so
@@ -41,7 +47,7 @@ from typing import Any
 import torch
 
 from . import _coopplan as cp
-from . import _ring, tp
+from . import _coopshm, _ring, tp
 from ._cooptrace import Trace
 from ._peers import Link
 from ._types import LoadStats, TensorSource
@@ -134,6 +140,10 @@ class _Schedule:
     def size(self, owner: int, k: int) -> int:
         return cp.layout(self.batch(owner, k))[1]
 
+    def area(self, owner: int) -> int:
+        """The largest of ``owner``'s batches."""
+        return max((self.size(owner, k) for k in range(self.count)), default=0)
+
     def parts(self, owner: int, receiver: int, k: int) -> list[tuple[cp.Piece, cp.Key]]:
         if owner == receiver:
             return []
@@ -168,40 +178,30 @@ def load(f: TensorSource, items: list[Item], link: Link) -> LoadStats:
 
 
 def _load(f: TensorSource, items: list[Item], link: Link, trace: Trace) -> LoadStats:
-    rank, ws = link.rank, link.world_size
-    cap = f.budget.cooperative_batch(ws)
+    rank = link.rank
+    cap = f.budget.cooperative_batch(link.world_size)
     with trace.phase("plan"):
         plan = _Schedule(f, _share_plan(f, link, items, cap), cap, rank)
     by_key: dict[tuple[int, cp.Key], list[Item]] = {}
     for it in items:
         by_key.setdefault((it.index, cp.key_of(it.slice)), []).append(it)
-    stats = LoadStats()
+    with trace.phase("attach"):
+        segments = _coopshm.attach(link, [plan.area(o) for o in range(link.world_size)])
+    ex: _Shared | _Collective
+    if segments is None:
+        ex = _Collective(f, plan, link, by_key)
+    else:
+        ex = _Shared(f, plan, segments, by_key)
+    stats = LoadStats(exchange="collective" if segments is None else "shared-memory")
     n = plan.count
-    # Buffers are carved from one allocation made once (see _torch.Arena for
-    # why): two areas for this rank's batches (round k's is exchanged while
-    # round k+1's is fetched), one for the parts it sends, one for the rest.
-    own_max = max((plan.size(rank, k) for k in range(n)), default=0)
-    send_max = max((plan.send_bytes(k) for k in range(n)), default=0)
-    recv_max = max((plan.recv_bytes(k) for k in range(n)), default=0)
-    arena = torch.empty(2 * own_max + send_max + recv_max, dtype=torch.uint8, device=link.device)
-    own_areas = (arena[:own_max], arena[own_max : 2 * own_max])
-    send_area = arena[2 * own_max : 2 * own_max + send_max]
-    recv_area = arena[2 * own_max + send_max :]
-
-    def own(k: int) -> torch.Tensor:
-        return own_areas[k % 2][: plan.size(rank, k)]
-
-    def held(k: int) -> int:
-        """Bytes round k holds while the next batch is fetched."""
-        return plan.size(rank, k) + plan.send_bytes(k) + plan.recv_bytes(k) if k >= 0 else 0
 
     def fetch(k: int) -> LoadStats | None:
         """Round k's batch; runs on the fetch thread while round k-1 is
-        packed, exchanged and placed (the native load releases the GIL)."""
-        if not own(k).numel():
+        exchanged and placed (the native load releases the GIL)."""
+        if not ex.own(k).numel():
             return None
         with trace.phase("fetch", k):
-            return _fetch(f, plan.batch(rank, k), own(k), cap)
+            return _fetch(f, plan.batch(rank, k), ex.own(k), cap)
 
     def landed(fetching: Future[LoadStats | None], k: int) -> BaseException | None:
         """Round k's fetch, finished: its error, which the ranks agree on."""
@@ -210,31 +210,113 @@ def _load(f: TensorSource, items: list[Item], link: Link, trace: Trace) -> LoadS
         except FastshardError as e:
             return e
         if got is not None:
-            stats.add(got, held(k - 1) + own(k).numel())
+            stats.add(got, ex.held(k - 1) + ex.own(k).numel())
         return None
 
     # One thread fetches round k+1 while this one exchanges round k. Leaving
-    # the block waits for a fetch still running: it writes into the arena.
+    # the block waits for a fetch still running: it writes into the areas.
     with ThreadPoolExecutor(1, thread_name_prefix="fastshard-coop") as pool:
         fetching = pool.submit(fetch, 0)
         for k in range(n):
             with trace.phase("fetch_wait", k):
                 err = landed(fetching, k)
+            # Every owner's round k has landed, and every rank has placed
+            # round k-1, whose areas round k+1 reuses.
             with trace.phase("agree", k):
                 link.agree(err)
             if k + 1 < n:
                 fetching = pool.submit(fetch, k + 1)
-            with trace.phase("pack", k):
-                inbox, sent, received = _exchange(f, plan, link, k, own(k), send_area, recv_area)
-            trace.add("sent_bytes", sent, k)
+            with torch.no_grad():
+                received = ex.round(k, trace)
             trace.add("received_bytes", received, k)
             stats.bytes_received += received
-            with trace.phase("wait", k):
-                link.wait([] if inbox is None else [inbox])
-            stats.peak_host_bytes = max(stats.peak_host_bytes, held(k) + own(k + 1).numel())
-            with torch.no_grad(), trace.phase("place", k):
-                _place(f, plan, k, own(k), recv_area, by_key)
+            stats.peak_host_bytes = max(stats.peak_host_bytes, ex.held(k) + ex.own(k + 1).numel())
     return stats
+
+
+class _Shared:
+    """Round k through shared memory (``_coopshm``): this rank copies its
+    slices out of every owner's batch, where the owner fetched it."""
+
+    def __init__(
+        self,
+        f: TensorSource,
+        plan: _Schedule,
+        segments: _coopshm.Segments,
+        by_key: dict[tuple[int, cp.Key], list[Item]],
+    ) -> None:
+        self.f, self.plan, self.segments, self.by_key = f, plan, segments, by_key
+
+    def own(self, k: int) -> torch.Tensor:
+        return self.segments.area(self.plan.rank, k)[: self.plan.size(self.plan.rank, k)]
+
+    def held(self, k: int) -> int:
+        """Bytes round k holds while the next batch is fetched."""
+        return self.plan.size(self.plan.rank, k) if k >= 0 else 0
+
+    def round(self, k: int, trace: Trace) -> int:
+        """Place round k; the bytes read from the other owners' batches."""
+        plan, rank, received = self.plan, self.plan.rank, 0
+        with trace.phase("place", k):
+            for o in range(len(plan.wants)):
+                batch, area = plan.batch(o, k), self.segments.area(o, k)
+                for at, p in zip(cp.layout(batch)[0], batch, strict=True):
+                    for key in plan.wants[rank].get(p.index, []):
+                        for it in self.by_key.get((p.index, key), []):
+                            cp.place(self.f, p, area[at : at + p.nbytes], key, it.out)
+                        if o != rank:
+                            received += cp.part_bytes(self.f, p, key)
+        return received
+
+
+class _Collective:
+    """Round k through the group's all-to-all: every owner packs each peer's
+    parts, sends them, and each rank places what it received."""
+
+    def __init__(
+        self,
+        f: TensorSource,
+        plan: _Schedule,
+        link: Link,
+        by_key: dict[tuple[int, cp.Key], list[Item]],
+    ) -> None:
+        self.f, self.plan, self.link, self.by_key = f, plan, link, by_key
+        rank, n = plan.rank, plan.count
+        # Carved from one allocation made once (see _torch.Arena for why):
+        # two areas for this rank's batches (round k's is exchanged while
+        # round k+1's is fetched), one for the parts it sends, one for the rest.
+        own_max = plan.area(rank)
+        send_max = max((plan.send_bytes(k) for k in range(n)), default=0)
+        recv_max = max((plan.recv_bytes(k) for k in range(n)), default=0)
+        arena = torch.empty(
+            2 * own_max + send_max + recv_max, dtype=torch.uint8, device=link.device
+        )
+        self.areas = (arena[:own_max], arena[own_max : 2 * own_max])
+        self.send_area = arena[2 * own_max : 2 * own_max + send_max]
+        self.recv_area = arena[2 * own_max + send_max :]
+
+    def own(self, k: int) -> torch.Tensor:
+        return self.areas[k % 2][: self.plan.size(self.plan.rank, k)]
+
+    def held(self, k: int) -> int:
+        """Bytes round k holds while the next batch is fetched."""
+        if k < 0:
+            return 0
+        plan = self.plan
+        return plan.size(plan.rank, k) + plan.send_bytes(k) + plan.recv_bytes(k)
+
+    def round(self, k: int, trace: Trace) -> int:
+        """Exchange and place round k; the bytes received."""
+        with trace.phase("pack", k):
+            inbox, sent, received = _exchange(
+                self.f, self.plan, self.link, k, self.own(k), self.send_area, self.recv_area
+            )
+        trace.add("sent_bytes", sent, k)
+        with trace.phase("wait", k):
+            self.link.wait([] if inbox is None else [inbox])
+        with trace.phase("place", k):
+            _place(self.f, self.plan, k, self.own(k), self.recv_area, self.by_key)
+        return received
 
 
 def _exchange(

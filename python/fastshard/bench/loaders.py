@@ -136,6 +136,7 @@ def _counters(st: Any, discovery: int) -> dict[str, Any]:
         "retries": st.retries,
         "bytes_fetched": st.bytes_fetched,
         "bytes_received": st.bytes_received,
+        "exchange": st.exchange,
         "discovery_bytes": discovery,
         "concurrency": st.concurrency,
         "staging_peak_bytes": st.peak_host_bytes,

@@ -139,6 +139,7 @@ def _ranks(case: Case, timeout: float) -> dict[str, Any]:
         "bytes_fetched": sum(o["bytes_fetched"] for o in outs),
         "discovery_bytes": sum(o.get("discovery_bytes", 0) for o in outs),
         "bytes_received": sum(o.get("bytes_received", 0) for o in outs),
+        "exchange": outs[0].get("exchange", "") if outs else "",
         "cpu_seconds": sum(o["cpu_seconds"] for o in outs),
         "peak_rss_bytes": max(o["peak_rss_bytes"] for o in outs),
         "rss_before_bytes": max(o["rss_before_bytes"] for o in outs),

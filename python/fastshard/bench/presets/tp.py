@@ -13,7 +13,10 @@ dim 0, o/down along dim 1, norms replicated):
 - packed: each rank reads its records of the packed object;
 - unsharded: each rank reads its slices of the unsharded object;
 - cooperative: the ranks (a gloo group) fetch the unsharded object once
-  between them and exchange the pieces.
+  between them and exchange the pieces (on one host, through shared
+  memory);
+- cooperative-collective: the same through the group's all-to-all, as
+  ranks on several hosts exchange (``FASTSHARD_COOP_EXCHANGE=collective``).
 
 Reported per mode: bytes fetched by all ranks (index reads included), the
 bytes the ranks exchanged (cooperative), the slowest rank's seconds, and the
@@ -39,12 +42,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fastshard import _coopshm as cooperative_exchange
+
 from .. import deps, measure, report, sources
 from ..params import BENCH_DIR, GiB, add_out, names
 from ..procs import MissingBinary
 from ..shaper import Shaper, find_shaper
 
-MODES = ("tensorizer", "per-rank", "packed", "unsharded", "cooperative")
+MODES = ("tensorizer", "per-rank", "packed", "unsharded", "cooperative", "cooperative-collective")
+COOPERATIVE = ("cooperative", "cooperative-collective")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -128,10 +134,12 @@ def mode_case(
         uri = {"per-rank": uris["per_rank"], "packed": uris["packed"]}.get(mode, uris["full"])
         opts = s3.opts(s3_endpoint=via) if via else s3.opts()
         spec = {"loader": "fastshard", "uri": uri, "opts": opts}
-        if mode in ("unsharded", "cooperative"):
+        if mode == "unsharded" or mode in COOPERATIVE:
             spec["shard_specs"] = specs
-        spec["cooperative"] = mode == "cooperative"
+        spec["cooperative"] = mode in COOPERATIVE
     case = measure.Case("s3", spec["loader"], spec, label=mode, server_pid=s3.proc.pid)
+    if mode == "cooperative-collective":
+        case.env = {cooperative_exchange.ENV: "collective"}
     case.world_size, case.expect_ranks = world, stored["wants"]
     return case
 
@@ -157,11 +165,16 @@ def table(results: measure.Results, stored: dict[str, Any], capped: bool = False
         vs = f"{base['slowest_rank_seconds'] / wall:.2f}×" if base else "n/a"
         cap = f" {r.get('bytes_through_cap', 0) / 1e9:.3f} GB |" if capped else ""
         lines.append(
-            f"| {mode} | {fetched / 1e9:.3f} GB | {fetched / size:.2f} |{cap} "
+            f"| {_label(mode, r)} | {fetched / 1e9:.3f} GB | {fetched / size:.2f} |{cap} "
             f"{r.get('bytes_received', 0) / 1e9:.3f} GB | {wall:.2f} "
             f"| {share / wall / 1e9:.2f} | {vs} | {'yes' if ok else 'NO'} |"
         )
     return "\n".join(lines)
+
+
+def _label(mode: str, r: dict[str, Any]) -> str:
+    """The mode, and how its ranks exchanged where they did."""
+    return f"{mode} ({r['exchange']})" if r.get("exchange") else mode
 
 
 def _settled(shaper: Shaper) -> int:
