@@ -92,6 +92,8 @@ def test_tp2_cooperative_hf_file_fetched_once_between_the_ranks(tp2, vllm_engine
     assert _ok(tp2, "tp2-cooperative")["tokens"] == vllm_engines["results"]["baseline"]["tokens"]
     lines = _lines(tp2, "tp2-cooperative")
     assert sorted((ln[4], ln[5]) for ln in lines) == [("0", "2"), ("1", "2")], lines
+    # Both ranks on this host: they exchange through shared memory.
+    assert step_log(tp2["output"], "tp2-cooperative").count("(shared-memory exchange)") == 2
     size = os.path.getsize(vllm_engines["files"].local["write_module-plain"])
     fetched = [int(ln[6]) for ln in lines]
     # Each rank fetches its share; together about the file, never each the whole.

@@ -222,6 +222,8 @@ def _summary(plan: Plan, stats: LoadStats, seconds: float, cooperative: bool) ->
         route += ", checkpoint form" if not plan.processed else ", processed weights"
     elif cooperative and plan.ranks.tp_size > 1:
         route += ", cooperative"
+        if stats.exchange:
+            route += f" ({stats.exchange} exchange)"
     gbps = stats.bytes_fetched / seconds / 1e9 if seconds > 0 else 0.0
     log.info(
         "fastshard: loaded %s (%s format, %s, file rank %d of %d, TP rank %d of %d): "
