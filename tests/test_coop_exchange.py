@@ -6,6 +6,7 @@ SeaweedFS, the loads checked bit for bit either way."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ ODD = 1  # the rank whose shared memory is elsewhere
 def _rank_main(rank: int, where: str, uri: str, opts: dict[str, Any], out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{out}/pg", rank=rank, world_size=WS)
     try:
-        if rank == ODD and where != "here":
+        if rank == ODD and where == "told":
+            os.environ[_coopshm.ENV] = "collective"
+        elif rank == ODD and where != "here":
             # "missing": it cannot make a segment; "elsewhere": it makes one
             # the others cannot map (as on another host).
             _coopshm._DIR = Path(out, where)
@@ -54,7 +57,12 @@ def full_uri(seaweed: Any) -> tuple[str, dict[str, Any]]:
 
 @pytest.mark.parametrize(
     ("where", "exchange"),
-    [("here", "shared-memory"), ("missing", "collective"), ("elsewhere", "collective")],
+    [
+        ("here", "shared-memory"),
+        ("missing", "collective"),
+        ("elsewhere", "collective"),
+        ("told", "collective"),  # one rank's environment says so
+    ],
 )
 def test_shared_memory_only_where_every_rank_maps_every_segment(
     where: str, exchange: str, full_uri: tuple[str, dict[str, Any]], tmp_path: Path

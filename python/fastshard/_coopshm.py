@@ -13,14 +13,16 @@ Whether the group shares memory is found, not assumed: every rank creates
 its segment and tries to map every other's; only when every rank mapped
 every segment is it used, else the load exchanges through the collective
 as before (ranks on several hosts, a ``/dev/shm`` too small, as in a
-container with the default 64 MB, or none at all). ``FASTSHARD_COOP_EXCHANGE=collective``
-forces the collective. Segments are unlinked as soon as every rank has
-tried to map them, so a rank that dies leaves nothing behind in
+container with the default 64 MB, or none at all).
+``FASTSHARD_COOP_EXCHANGE=collective`` in any rank forces the collective on
+all. Segments are unlinked as soon as every rank has tried to map them (two
+gathers after they are made), so a rank that dies later leaves nothing in
 ``/dev/shm``; the memory goes when the last rank unmaps it.
 
-A round's areas are reused two rounds later. The agreement that opens
-round k+1 is a collective every rank enters only after placing round k, so
-an owner cannot start refilling round k's area while a peer still reads it.
+A round's area is reused ``AREAS`` rounds later. The agreement on round
+k+1 is a collective every rank enters only after placing round k, so an
+owner that starts refilling round k's area after it cannot overwrite what a
+peer still reads.
 """
 
 from __future__ import annotations
@@ -35,11 +37,12 @@ import torch
 from ._peers import Link
 
 ENV = "FASTSHARD_COOP_EXCHANGE"
+AREAS = 3  # batch areas per rank, used round-robin
 _DIR = Path("/dev/shm")
 
 
 class Segments:
-    """Every rank's two batch areas, mapped in this rank."""
+    """Every rank's ``AREAS`` batch areas, mapped in this rank."""
 
     def __init__(self, maps: list[torch.Tensor], area_bytes: list[int]) -> None:
         self._maps, self._area = maps, area_bytes
@@ -47,18 +50,21 @@ class Segments:
     def area(self, owner: int, k: int) -> torch.Tensor:
         """Where ``owner`` fetches its batch of round ``k``."""
         n = self._area[owner]
-        at = (k % 2) * n
+        at = (k % AREAS) * n
         return self._maps[owner][at : at + n]
 
 
 def attach(link: Link, area_bytes: list[int]) -> Segments | None:
-    """Each rank's two areas of ``area_bytes[rank]`` bytes in shared memory,
+    """Each rank's ``AREAS`` areas of ``area_bytes[rank]`` bytes in shared memory,
     mapped by every rank; None (on every rank alike) when the group cannot
     share memory and must exchange through its collective."""
-    if link.device.type != "cpu" or os.environ.get(ENV, "auto") == "collective":
+    if link.device.type != "cpu":  # a device group (NCCL): the same on every rank
         return None
-    sizes = [max(1, 2 * n) for n in area_bytes]
-    path = _create(sizes[link.rank])
+    sizes = [max(1, AREAS * n) for n in area_bytes]
+    # A rank told to use the collective makes no segment: it joins the
+    # gathers all the same, and so every rank falls back with it.
+    wanted = os.environ.get(ENV, "auto") != "collective"
+    path = _create(sizes[link.rank]) if wanted else None
     maps: list[torch.Tensor] | None = None
     try:
         names = [n.decode() for n in link.gather(str(path or "").encode())]

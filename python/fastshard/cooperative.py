@@ -210,27 +210,28 @@ def _load(f: TensorSource, items: list[Item], link: Link, trace: Trace) -> LoadS
         except FastshardError as e:
             return e
         if got is not None:
-            stats.add(got, ex.held(k - 1) + ex.own(k).numel())
+            stats.add(got, ex.around(k))
         return None
 
-    # One thread fetches round k+1 while this one exchanges round k. Leaving
-    # the block waits for a fetch still running: it writes into the areas.
+    # One thread fetches the rounds in order, up to ``depth - 1`` ahead of the
+    # one this thread exchanges: round j is queued once every rank has left
+    # round j - depth, whose area it reuses (the agreement on round
+    # j - depth + 1 proves it). Leaving the block waits for a fetch still
+    # running: it writes into the areas.
     with ThreadPoolExecutor(1, thread_name_prefix="fastshard-coop") as pool:
-        fetching = pool.submit(fetch, 0)
+        fetches = [pool.submit(fetch, j) for j in range(min(n, ex.depth - 1))]
         for k in range(n):
             with trace.phase("fetch_wait", k):
-                err = landed(fetching, k)
-            # Every owner's round k has landed, and every rank has placed
-            # round k-1, whose areas round k+1 reuses.
+                err = landed(fetches[k], k)
             with trace.phase("agree", k):
                 link.agree(err)
-            if k + 1 < n:
-                fetching = pool.submit(fetch, k + 1)
+            if len(fetches) < n:
+                fetches.append(pool.submit(fetch, len(fetches)))
             with torch.no_grad():
                 received = ex.round(k, trace)
             trace.add("received_bytes", received, k)
             stats.bytes_received += received
-            stats.peak_host_bytes = max(stats.peak_host_bytes, ex.held(k) + ex.own(k + 1).numel())
+            stats.peak_host_bytes = max(stats.peak_host_bytes, ex.around(k + 1))
     return stats
 
 
@@ -247,12 +248,19 @@ class _Shared:
     ) -> None:
         self.f, self.plan, self.segments, self.by_key = f, plan, segments, by_key
 
+    # Three areas: the round being placed, the one whose fetch has landed
+    # or is ending, and the next, so the fetch thread never waits for a
+    # round's agreement (only for the agreement two rounds back).
+    depth = _coopshm.AREAS
+
     def own(self, k: int) -> torch.Tensor:
         return self.segments.area(self.plan.rank, k)[: self.plan.size(self.plan.rank, k)]
 
-    def held(self, k: int) -> int:
-        """Bytes round k holds while the next batch is fetched."""
-        return self.plan.size(self.plan.rank, k) if k >= 0 else 0
+    def around(self, k: int) -> int:
+        """Bytes held while round k is fetched: the areas in use."""
+        return sum(
+            self.plan.size(self.plan.rank, j) for j in range(k - self.depth + 1, k + 1) if j >= 0
+        )
 
     def round(self, k: int, trace: Trace) -> int:
         """Place round k; the bytes read from the other owners' batches."""
@@ -295,15 +303,18 @@ class _Collective:
         self.send_area = arena[2 * own_max : 2 * own_max + send_max]
         self.recv_area = arena[2 * own_max + send_max :]
 
+    # Two batch areas: round k's is exchanged while round k+1's is fetched.
+    depth = 2
+
     def own(self, k: int) -> torch.Tensor:
         return self.areas[k % 2][: self.plan.size(self.plan.rank, k)]
 
-    def held(self, k: int) -> int:
-        """Bytes round k holds while the next batch is fetched."""
-        if k < 0:
-            return 0
-        plan = self.plan
-        return plan.size(plan.rank, k) + plan.send_bytes(k) + plan.recv_bytes(k)
+    def around(self, k: int) -> int:
+        """Bytes held while round k is fetched: round k-1's batch and
+        exchange buffers, and round k's batch."""
+        plan, j = self.plan, k - 1
+        held = plan.size(plan.rank, j) + plan.send_bytes(j) + plan.recv_bytes(j) if j >= 0 else 0
+        return held + plan.size(plan.rank, k)
 
     def round(self, k: int, trace: Trace) -> int:
         """Exchange and place round k; the bytes received."""
