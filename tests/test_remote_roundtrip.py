@@ -83,9 +83,11 @@ def test_big_object_many_ranged_reads(remote):
     assert_same(out, c.source)
     # By default a 43 MiB load gets 1 MiB parts (one per request it starts
     # with, 64): dozens of ranged GETs, sent at once. How many are still in
-    # flight together depends on how fast loopback answers the first ones
-    # (38 of 43 on a busy machine), so the bound is well above a fixed 16.
-    assert stats.requests >= 40 and stats.concurrency >= 24
+    # flight together depends on how fast loopback answers the first ones,
+    # and parts a busy server has not begun to answer are joined and sent
+    # again (38 requests of 43 parts in one CI run), so both bounds sit well
+    # above a fixed 16 but below the part count.
+    assert stats.requests >= 24 and stats.concurrency >= 24
     # Set by hand: 4 MiB parts, 8 in flight at most.
     with fastshard.open(c.uris[transport], part_size_bytes=4 * MiB, concurrency=8, **opts) as f:
         out = f.load_state_dict()
