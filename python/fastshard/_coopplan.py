@@ -3,7 +3,8 @@ the object each rank fetches, in which rounds, and which bytes of each
 piece every other rank needs (its tensor-parallel slices of it, or the
 whole piece when it is replicated).
 
-Pure bookkeeping over the index and the ranks' slices, plus the two copies
+Pure bookkeeping over the index and the ranks' slices (``Schedule``: every
+owner's batches and what each rank sends or receives of them), plus the two copies
 either side of the exchange: the sender cuts a rank's part out of a fetched
 piece (``extract``), the receiver puts it where its slice goes
 (``deposit``). Both sides size every part with ``part_bytes``, so the
@@ -226,3 +227,41 @@ def place(f: TensorSource, piece: Piece, raw: torch.Tensor, key: Key, out: torch
         else:
             copy(out[r0:r1].narrow(dim, local, length), src.narrow(dim, start, length))
         local += length
+
+
+class Schedule:
+    """The buffer sizes of every owner's batches and every part each rank
+    sends or receives, the same on every rank."""
+
+    def __init__(self, f: TensorSource, wants: list[Wants], cap: int, rank: int) -> None:
+        self.f, self.wants, self.rank = f, wants, rank
+        ws = len(wants)
+        wanted = {i for w in wants for i, keys in w.items() if keys}
+        all_pieces = pieces(f, sorted(wanted), cap)
+        self.rounds = [batches(o, cap) for o in owners(all_pieces, ws)]
+        self.count = max(len(r) for r in self.rounds)
+
+    def batch(self, owner: int, k: int) -> list[Piece]:
+        return self.rounds[owner][k] if k < len(self.rounds[owner]) else []
+
+    def size(self, owner: int, k: int) -> int:
+        return layout(self.batch(owner, k))[1]
+
+    def area(self, owner: int) -> int:
+        """The largest of ``owner``'s batches."""
+        return max((self.size(owner, k) for k in range(self.count)), default=0)
+
+    def parts(self, owner: int, receiver: int, k: int) -> list[tuple[Piece, Key]]:
+        if owner == receiver:
+            return []
+        return sends(self.batch(owner, k), self.wants[receiver])
+
+    def split(self, owner: int, receiver: int, k: int) -> int:
+        parts = self.parts(owner, receiver, k)
+        return sum(aligned(part_bytes(self.f, p, key)) for p, key in parts)
+
+    def send_bytes(self, k: int) -> int:
+        return sum(self.split(self.rank, r, k) for r in range(len(self.wants)))
+
+    def recv_bytes(self, k: int) -> int:
+        return sum(self.split(o, self.rank, k) for o in range(len(self.wants)))

@@ -15,8 +15,10 @@ every segment is it used, else the load exchanges through the collective
 as before (ranks on several hosts, a ``/dev/shm`` too small, as in a
 container with the default 64 MB, or none at all).
 ``FASTSHARD_COOP_EXCHANGE=collective`` in any rank forces the collective on
-all. Segments are unlinked as soon as every rank has tried to map them (two
-gathers after they are made), so a rank that dies later leaves nothing in
+all. A rank makes its segment before the group agrees on the plan, so its
+first batch is fetched meanwhile (``Own``); segments are unlinked as soon as
+every rank has tried to map them (three gathers after they are made: the
+plan's, then ``attach``'s two), so a rank that dies later leaves nothing in
 ``/dev/shm``; the memory goes when the last rank unmaps it.
 
 A round's area is reused ``AREAS`` rounds later. The agreement on round
@@ -41,6 +43,31 @@ AREAS = 3  # batch areas per rank, used round-robin
 _DIR = Path("/dev/shm")
 
 
+class Own:
+    """This rank's segment, made before the group has agreed on anything so
+    that its first batch is fetched while the ranks exchange their plans:
+    area 0 is reserved at once, the others by ``reserve``."""
+
+    def __init__(self, path: Path, area_bytes: int) -> None:
+        self.path, self.area_bytes = path, area_bytes
+        self.map = torch.from_file(
+            str(path), shared=True, size=AREAS * area_bytes, dtype=torch.uint8
+        )
+
+    def area(self, k: int) -> torch.Tensor:
+        at = (k % AREAS) * self.area_bytes
+        return self.map[at : at + self.area_bytes]
+
+    def reserve(self) -> bool:
+        """Reserve the pages of the other areas; False when ``/dev/shm``
+        cannot hold them (then the segment is not to be used past area 0)."""
+        return _reserve(self.path, self.area_bytes, AREAS * self.area_bytes)
+
+    def unlink(self) -> None:
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+
 class Segments:
     """Every rank's ``AREAS`` batch areas, mapped in this rank."""
 
@@ -54,37 +81,18 @@ class Segments:
         return self._maps[owner][at : at + n]
 
 
-def attach(link: Link, area_bytes: list[int]) -> Segments | None:
-    """Each rank's ``AREAS`` areas of ``area_bytes[rank]`` bytes in shared memory,
-    mapped by every rank; None (on every rank alike) when the group cannot
-    share memory and must exchange through its collective."""
-    if link.device.type != "cpu":  # a device group (NCCL): the same on every rank
-        return None
-    sizes = [max(1, AREAS * n) for n in area_bytes]
-    # A rank told to use the collective makes no segment: it joins the
-    # gathers all the same, and so every rank falls back with it.
-    wanted = os.environ.get(ENV, "auto") != "collective"
-    path = _create(sizes[link.rank]) if wanted else None
-    maps: list[torch.Tensor] | None = None
-    try:
-        names = [n.decode() for n in link.gather(str(path or "").encode())]
-        if all(names):
-            maps = _map_all(names, sizes)
-        # Every rank has tried every segment before any is unlinked.
-        mapped = link.gather(b"1" if maps is not None else b"")
-    finally:
-        if path is not None:
-            with contextlib.suppress(OSError):
-                path.unlink()
-    if maps is None or not all(mapped):
-        return None
-    return Segments(maps, area_bytes)
+def wanted(link: Link) -> bool:
+    """Whether this rank offers a segment: a host (gloo) group, and not told
+    to use the collective. A rank that offers none still joins ``attach``'s
+    gathers, and so every rank falls back with it."""
+    return link.device.type == "cpu" and os.environ.get(ENV, "auto") != "collective"
 
 
-def _create(size: int) -> Path | None:
-    """A new segment of ``size`` bytes, its pages reserved (a full
-    ``/dev/shm`` fails here rather than with SIGBUS mid-load); None when
-    it cannot be made."""
+def create(area_bytes: int) -> Own | None:
+    """This rank's segment of ``AREAS`` areas of ``area_bytes`` (at least 1)
+    bytes, area 0 reserved (a full ``/dev/shm`` fails here rather than with
+    SIGBUS mid-load); None when it cannot be made."""
+    area_bytes = max(1, area_bytes)
     if not hasattr(os, "posix_fallocate"):  # macOS: no reservation, so no segment
         return None
     path = _DIR / f"fastshard-coop-{os.getpid()}-{uuid.uuid4().hex}"
@@ -93,22 +101,77 @@ def _create(size: int) -> Path | None:
     except OSError:
         return None
     try:
-        os.posix_fallocate(fd, 0, size)
+        os.ftruncate(fd, AREAS * area_bytes)
     except OSError:
         os.close(fd)
         with contextlib.suppress(OSError):
             path.unlink()
         return None
     os.close(fd)
-    return path
+    if not _reserve(path, 0, area_bytes):
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+    try:
+        return Own(path, area_bytes)
+    except RuntimeError:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
 
 
-def _map_all(names: list[str], sizes: list[int]) -> list[torch.Tensor] | None:
-    """Every rank's segment, mapped shared; None if one cannot be (another
-    host's, or gone)."""
+def _reserve(path: Path, start: int, end: int) -> bool:
+    if end <= start:
+        return True
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        os.posix_fallocate(fd, start, end - start)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def attach(link: Link, own: Own | None, needed: list[int]) -> Segments | None:
+    """Every rank's segment mapped in this rank, where every rank offered
+    one (``own``; None offers none) at least ``needed[owner]`` bytes an area
+    and every rank mapped every one; None (on every rank alike) otherwise:
+    the group exchanges through its collective. Each segment is unlinked
+    once every rank has tried to map it."""
+    mine = f"{own.path}\n{own.area_bytes}" if own is not None else ""
+    maps: list[torch.Tensor] | None = None
+    area_bytes: list[int] = []
+    try:
+        offers = [o.decode().split("\n") for o in link.gather(mine.encode())]
+        if all(len(o) == 2 for o in offers):
+            area_bytes = [int(o[1]) for o in offers]
+            if all(a >= n for a, n in zip(area_bytes, needed, strict=True)):
+                maps = _map_all(link.rank, own, [o[0] for o in offers], area_bytes)
+        # Every rank has tried every segment before any is unlinked.
+        mapped = link.gather(b"1" if maps is not None else b"")
+    finally:
+        if own is not None:
+            own.unlink()
+    if maps is None or not all(mapped):
+        return None
+    return Segments(maps, area_bytes)
+
+
+def _map_all(
+    rank: int, own: Own | None, names: list[str], area_bytes: list[int]
+) -> list[torch.Tensor] | None:
+    """Every rank's segment, mapped shared (this rank's as made); None if
+    one cannot be (another host's, or gone)."""
     maps = []
-    for name, size in zip(names, sizes, strict=True):
-        path = Path(name)
+    for owner, (name, area) in enumerate(zip(names, area_bytes, strict=True)):
+        if owner == rank and own is not None:
+            maps.append(own.map)
+            continue
+        path, size = Path(name), AREAS * area
         if path.parent != _DIR or not path.name.startswith("fastshard-coop-"):
             return None
         try:

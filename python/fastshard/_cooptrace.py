@@ -64,6 +64,7 @@ class Trace:
             "rank": self.rank,
             "world_size": self.world_size,
             "seconds": time.perf_counter() - self.start,
+            "t0": self.start,  # perf_counter is system-wide on Linux: ranks compare
             "totals": totals,
             "rounds": {str(k): v for k, v in sorted(self.rows.items())},
         }
