@@ -55,8 +55,7 @@ class Own:
         )
 
     def area(self, k: int) -> torch.Tensor:
-        at = (k % AREAS) * self.area_bytes
-        return self.map[at : at + self.area_bytes]
+        return _area(self.map, self.area_bytes, k)
 
     def reserve(self) -> bool:
         """Reserve the pages of the other areas; False when ``/dev/shm``
@@ -64,8 +63,7 @@ class Own:
         return _reserve(self.path, self.area_bytes, AREAS * self.area_bytes)
 
     def unlink(self) -> None:
-        with contextlib.suppress(OSError):
-            self.path.unlink()
+        _unlink(self.path)
 
 
 class Segments:
@@ -76,9 +74,18 @@ class Segments:
 
     def area(self, owner: int, k: int) -> torch.Tensor:
         """Where ``owner`` fetches its batch of round ``k``."""
-        n = self._area[owner]
-        at = (k % AREAS) * n
-        return self._maps[owner][at : at + n]
+        return _area(self._maps[owner], self._area[owner], k)
+
+
+def _area(segment: torch.Tensor, area_bytes: int, k: int) -> torch.Tensor:
+    """Round ``k``'s area of a segment: the areas are used round-robin."""
+    at = (k % AREAS) * area_bytes
+    return segment[at : at + area_bytes]
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def wanted(link: Link) -> bool:
@@ -101,23 +108,16 @@ def create(area_bytes: int) -> Own | None:
     except OSError:
         return None
     try:
-        os.ftruncate(fd, AREAS * area_bytes)
-    except OSError:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            path.unlink()
-        return None
-    os.close(fd)
-    if not _reserve(path, 0, area_bytes):
-        with contextlib.suppress(OSError):
-            path.unlink()
-        return None
-    try:
-        return Own(path, area_bytes)
-    except RuntimeError:
-        with contextlib.suppress(OSError):
-            path.unlink()
-        return None
+        try:
+            os.ftruncate(fd, AREAS * area_bytes)
+        finally:
+            os.close(fd)
+        if _reserve(path, 0, area_bytes):
+            return Own(path, area_bytes)
+    except (OSError, RuntimeError):  # RuntimeError: torch could not map it
+        pass
+    _unlink(path)
+    return None
 
 
 def _reserve(path: Path, start: int, end: int) -> bool:
