@@ -87,3 +87,38 @@ def test_shared_memory_only_where_every_rank_maps_every_segment(
     assert all(r["received"] > 0 for r in reports), reports
     # Segments are unlinked once every rank has tried them, wherever they are.
     assert not list(tmp_path.glob("elsewhere/fastshard-coop-*"))
+
+
+def test_a_segment_left_by_a_killed_rank_is_removed_by_the_next_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank killed during the set-up's gathers leaves its segment; the next
+    segment made on the host removes it, and only it: not one whose maker
+    runs, nor one young enough to be another PID namespace's set-up."""
+    import subprocess
+    import time
+
+    monkeypatch.setattr(_coopshm, "_DIR", tmp_path)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    old = time.time() - 2 * _coopshm._STALE_SECONDS
+
+    def segment(name: str, mtime: float) -> Path:
+        path = tmp_path / name
+        path.write_bytes(b"x")
+        os.utime(path, (mtime, mtime))
+        return path
+
+    left = segment(f"fastshard-coop-{gone.pid}-{'a' * 32}", old)
+    young = segment(f"fastshard-coop-{gone.pid}-{'b' * 32}", time.time())
+    running = segment(f"fastshard-coop-{os.getpid()}-{'c' * 32}", old)
+    others = [segment(n, old) for n in ("fastshard-coop-x", "fastshard-coop-1", "other-1-a")]
+
+    own = _coopshm.create(4096)
+    assert own is not None
+    try:
+        assert not left.exists()
+        assert young.exists() and running.exists()
+        assert all(p.exists() for p in others)
+    finally:
+        own.unlink()

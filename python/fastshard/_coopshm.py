@@ -19,7 +19,9 @@ all. A rank makes its segment before the group agrees on the plan, so its
 first batch is fetched meanwhile (``Own``); segments are unlinked as soon as
 every rank has tried to map them (three gathers after they are made: the
 plan's, then ``attach``'s two), so a rank that dies later leaves nothing in
-``/dev/shm``; the memory goes when the last rank unmaps it.
+``/dev/shm``; the memory goes when the last rank unmaps it. One killed
+during those gathers leaves its segment, which the next cooperative load on
+the host removes (``_sweep``).
 
 A round's area is reused ``AREAS`` rounds later. The agreement on round
 k+1 is a collective every rank enters only after placing round k, so an
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -41,6 +44,10 @@ from ._peers import Link
 ENV = "FASTSHARD_COOP_EXCHANGE"
 AREAS = 3  # batch areas per rank, used round-robin
 _DIR = Path("/dev/shm")
+_PREFIX = "fastshard-coop-"
+# A segment lives for its load's set-up (three gathers); one this old whose
+# maker is gone was left by a rank killed during them.
+_STALE_SECONDS = 60.0
 
 
 class Own:
@@ -102,7 +109,8 @@ def create(area_bytes: int) -> Own | None:
     area_bytes = max(1, area_bytes)
     if not hasattr(os, "posix_fallocate"):  # macOS: no reservation, so no segment
         return None
-    path = _DIR / f"fastshard-coop-{os.getpid()}-{uuid.uuid4().hex}"
+    _sweep()
+    path = _DIR / f"{_PREFIX}{os.getpid()}-{uuid.uuid4().hex}"
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
     except OSError:
@@ -118,6 +126,45 @@ def create(area_bytes: int) -> Own | None:
         pass
     _unlink(path)
     return None
+
+
+def _sweep() -> None:
+    """Removes this user's segments whose maker is no longer running and
+    that are older than a set-up could be. Both, because a process of
+    another PID namespace sharing ``/dev/shm`` looks gone from here: its
+    segment, removed while young, would only send that load to the
+    collective (its peers could not map it)."""
+    try:
+        entries = list(os.scandir(_DIR))
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        pid = _maker(entry.name)
+        if pid is None or _running(pid):
+            continue
+        with contextlib.suppress(OSError):
+            st = entry.stat(follow_symlinks=False)
+            if st.st_uid == os.getuid() and now - st.st_mtime > _STALE_SECONDS:
+                os.unlink(entry.path)
+
+
+def _maker(name: str) -> int | None:
+    """The PID in a segment's name, or None for another file."""
+    pid, _, rest = name.removeprefix(_PREFIX).partition("-")
+    if not name.startswith(_PREFIX) or not rest or not pid.isdigit():
+        return None
+    return int(pid)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: running
+        return True
+    return True
 
 
 def _reserve(path: Path, start: int, end: int) -> bool:
@@ -172,7 +219,7 @@ def _map_all(
             maps.append(own.map)
             continue
         path, size = Path(name), AREAS * area
-        if path.parent != _DIR or not path.name.startswith("fastshard-coop-"):
+        if path.parent != _DIR or not path.name.startswith(_PREFIX):
             return None
         try:
             if os.stat(path).st_size != size:
