@@ -143,18 +143,20 @@ def _sweep() -> None:
         pid = _maker(entry.name)
         if pid is None or _running(pid):
             continue
-        with contextlib.suppress(OSError):
+        try:
             st = entry.stat(follow_symlinks=False)
-            if st.st_uid == os.getuid() and now - st.st_mtime > _STALE_SECONDS:
-                os.unlink(entry.path)
+        except OSError:
+            continue
+        if st.st_uid == os.getuid() and now - st.st_mtime > _STALE_SECONDS:
+            _unlink(Path(entry.path))
 
 
 def _maker(name: str) -> int | None:
     """The PID in a segment's name, or None for another file."""
-    pid, _, rest = name.removeprefix(_PREFIX).partition("-")
-    if not name.startswith(_PREFIX) or not rest or not pid.isdigit():
+    if not name.startswith(_PREFIX):
         return None
-    return int(pid)
+    pid, _, rest = name.removeprefix(_PREFIX).partition("-")
+    return int(pid) if rest and pid.isdigit() else None
 
 
 def _running(pid: int) -> bool:
@@ -163,7 +165,7 @@ def _running(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # another user's: running
-        return True
+        pass
     return True
 
 
