@@ -214,9 +214,41 @@ impl std::error::Error for Error {
     }
 }
 
+/// Each error of `err`'s chain, `err` first, looking inside I/O errors as
+/// well: `io::Error::source` skips the error it wraps, which is where a
+/// TLS stream puts the TLS library's own. A third-party error is told by
+/// the type of one of these, never by its text.
+pub fn sources<'a>(
+    err: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(err), |e| {
+        match e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => e.source(),
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sources_look_inside_io_errors() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("inner")]
+        struct Inner;
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, Inner);
+        let outer = Error::new(ErrorKind::Network, "outer").with_source(io);
+        let seen: Vec<String> = sources(&outer).map(|e| e.to_string()).collect();
+        assert_eq!(seen, ["outer", "inner", "inner"]);
+        assert!(sources(&outer).any(|e| e.is::<Inner>()));
+        let plain = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        assert_eq!(sources(&plain).count(), 1);
+    }
 
     #[test]
     fn display_names_tensor_range_and_uri() {

@@ -349,3 +349,25 @@ def test_anonymous_access(seaweed, objects, home):
         check_ok(results[name], objects)
     for name in ("private", "option private"):
         check_auth(results[name], "anonymous access")
+
+
+def test_a_failing_credential_source_is_an_auth_error(seaweed, objects, home):
+    # A profile whose credential_process exits with an error is set up but
+    # broken: the load says so instead of reading the bucket unsigned.
+    h = home()
+    aws = h.root / ".aws"
+    aws.mkdir(exist_ok=True)
+    (aws / "config").write_text(
+        f"[profile {PROFILE}]\nregion = us-east-1\nendpoint_url = {seaweed.endpoint}\n"
+        "credential_process = false\n"
+    )
+    uri = objects["public"]
+    # The same object read unsigned when nothing is set up at all.
+    results = run_all(
+        [
+            ("broken", h.root, (uri, {}), {"AWS_PROFILE": PROFILE}),
+            ("none", home().root, (uri, {}), {"AWS_ENDPOINT_URL": seaweed.endpoint}),
+        ]
+    )
+    check_auth(results["broken"], "could not get credentials from the AWS credential chain")
+    check_ok(results["none"], objects)

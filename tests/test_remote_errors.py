@@ -278,6 +278,27 @@ def test_tls_errors_are_not_retried(nginx):
     assert "deadline" not in str(info.value)
 
 
+@S3
+@HTTP
+def test_an_s3_endpoint_with_an_untrusted_certificate_fails_at_once(nginx):
+    require_binary("openssl")
+    opts: dict[str, Any] = {
+        "s3_endpoint": nginx.tls_url().rstrip("/"),
+        "s3_access_key_id": "fastshard",
+        "s3_secret_access_key": "not-a-secret",
+    }
+    # The SDK's client refuses nginx's certificate: a storage error, not
+    # retried until the deadline.
+    with pytest.raises(fastshard.StorageError) as info:
+        fastshard.open("s3://models/x.tensors", deadline_seconds=3, **opts)
+    assert "TLS verification failed" in str(info.value)
+    assert "deadline" not in str(info.value)
+    # Trusting its CA, the same request reaches nginx (which is no S3).
+    with pytest.raises(fastshard.FastshardError) as reached:
+        fastshard.open("s3://models/x.tensors", ca_bundle=nginx.ca_bundle, max_attempts=1, **opts)
+    assert "TLS verification" not in str(reached.value)
+
+
 @HTTP
 def test_bad_ca_bundle_is_an_invalid_argument(nginx):
     require_binary("openssl")

@@ -172,7 +172,7 @@ pub(crate) fn transport_error(e: &reqwest::Error) -> Error {
     } else {
         "HTTP request failed"
     };
-    if super::tls::is_certificate_error(&text) {
+    if super::tls::is_certificate_error(e) {
         // Not transient: retrying an untrusted certificate only delays the error.
         return Error::new(ErrorKind::Io, format!("TLS verification failed: {text}"));
     }

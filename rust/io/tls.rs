@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::{sources, Error, Result};
 
 /// Reads a PEM bundle and checks it holds at least one certificate, so a
 /// wrong path fails at once rather than as "untrusted certificate" later.
@@ -21,10 +21,15 @@ pub fn read_ca_bundle(path: &Path) -> Result<Vec<u8>> {
     }
 }
 
-/// TLS verification failures will fail the same way on every retry.
-pub fn is_certificate_error(text: &str) -> bool {
-    let t = text.to_ascii_lowercase();
-    t.contains("certificate") || t.contains("unknownissuer") || t.contains("invalid peer")
+/// Whether the TLS library refused the peer's certificate anywhere in
+/// `err`'s chain: that fails the same way on every retry.
+pub fn is_certificate_error(err: &(dyn std::error::Error + 'static)) -> bool {
+    sources(err).any(|e| {
+        matches!(
+            e.downcast_ref::<rustls::Error>(),
+            Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
+        )
+    })
 }
 
 #[cfg(test)]
@@ -41,10 +46,17 @@ mod tests {
     }
 
     #[test]
-    fn certificate_errors_are_recognised() {
-        assert!(is_certificate_error(
-            "invalid peer certificate: UnknownIssuer"
-        ));
-        assert!(!is_certificate_error("connection reset by peer"));
+    fn certificate_errors_are_recognised_by_type() {
+        let refused = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let wrapped = Error::new(crate::error::ErrorKind::Network, "connect").with_source(
+            std::io::Error::new(std::io::ErrorKind::InvalidData, refused),
+        );
+        assert!(is_certificate_error(&wrapped));
+        // The words alone are not the error.
+        let said = std::io::Error::other("invalid peer certificate: UnknownIssuer");
+        assert!(!is_certificate_error(&said));
+        let other =
+            std::io::Error::new(std::io::ErrorKind::InvalidData, rustls::Error::DecryptError);
+        assert!(!is_certificate_error(&other));
     }
 }

@@ -152,9 +152,12 @@ class SeaweedFS(S3Store):
                 try:
                     client.create_bucket(Bucket=bucket)
                     break
+                except (
+                    client.exceptions.BucketAlreadyExists,
+                    client.exceptions.BucketAlreadyOwnedByYou,
+                ):
+                    break
                 except Exception as e:
-                    if "BucketAlready" in str(e):
-                        break
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"cannot create bucket {bucket}: {e}") from e
                     time.sleep(0.25)

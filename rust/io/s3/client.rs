@@ -7,6 +7,7 @@ use aws_config::meta::region::RegionProviderChain;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region};
+use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_s3::config::{
     Credentials, ProvideCredentials, RequestChecksumCalculation, ResponseChecksumValidation,
     SharedCredentialsProvider,
@@ -15,7 +16,7 @@ use aws_sdk_s3::Client;
 use aws_smithy_http_client::tls;
 
 use super::config::{CredentialSource, Resolved};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// Connections are cheap to open on a LAN and slow ones should fail over to
 /// a retry, not hang a load.
@@ -145,12 +146,25 @@ pub async fn build_client(res: &Resolved) -> Result<S3Client> {
         (None, CredentialSource::AwsChain) => {
             let chain = aws_chain(res.profile.as_deref());
             // Resolve now, so that "no credentials anywhere" falls back to
-            // anonymous access (public buckets) as tensorizer does.
+            // anonymous access (public buckets) as tensorizer does. A
+            // source that is set up but fails (a credential_process that
+            // exits with an error, an expired SSO session) is the user's
+            // error to see, not a reason to send unsigned requests.
             match chain.provide_credentials().await {
                 Ok(_) => loader.credentials_provider(SharedCredentialsProvider::new(chain)),
-                Err(_) => {
+                Err(CredentialsError::CredentialsNotLoaded(_)) => {
                     source = CredentialSource::Anonymous;
                     loader.no_credentials()
+                }
+                Err(e) => {
+                    return Err(Error::new(
+                        ErrorKind::Auth,
+                        format!(
+                            "could not get credentials from {}: {}",
+                            source.describe(),
+                            super::errors::causes(&e)
+                        ),
+                    ))
                 }
             }
         }

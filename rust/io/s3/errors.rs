@@ -1,6 +1,7 @@
 //! aws-sdk errors to crate errors: the HTTP status decides the kind, so
 //! callers can tell "wrong key" from "no such object" from "try again".
 
+use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
@@ -18,10 +19,16 @@ where
     request.await.map_err(|e| map(e, creds))
 }
 
+/// Whether a credentials provider failed or found none, somewhere in the
+/// SDK error's chain (the request was never sent).
+fn no_credentials(err: &(dyn std::error::Error + 'static)) -> bool {
+    crate::error::sources(err).any(|e| e.is::<CredentialsError>())
+}
+
 /// An error and its sources, each said once: the operation error's own
 /// chain, not the raw response (`DisplayErrorContext` of the whole
 /// `SdkError` would print its headers and body too).
-fn causes(err: &dyn std::error::Error) -> String {
+pub(super) fn causes(err: &dyn std::error::Error) -> String {
     let mut parts: Vec<String> = vec![err.to_string()];
     let mut next = err.source();
     while let Some(e) = next {
@@ -91,12 +98,12 @@ where
         SdkError::TimeoutError(_) => (ErrorKind::Network, "S3 request timed out".to_string()),
         SdkError::DispatchFailure(df) => {
             let text = format!("{}", DisplayErrorContext(&err));
-            if text.contains("identity") || text.contains("credentials") {
+            if no_credentials(&err) {
                 (
                     ErrorKind::Auth,
                     format!("could not get credentials: {text}"),
                 )
-            } else if crate::io::tls::is_certificate_error(&text) {
+            } else if crate::io::tls::is_certificate_error(&err) {
                 (ErrorKind::Io, format!("TLS verification failed: {text}"))
             } else if df.is_timeout() || df.is_io() {
                 (ErrorKind::Network, format!("S3 connection failed: {text}"))
@@ -110,7 +117,7 @@ where
         ),
         _ => {
             let text = format!("{}", DisplayErrorContext(&err));
-            let kind = if text.contains("identity") || text.contains("credentials") {
+            let kind = if no_credentials(&err) {
                 ErrorKind::Auth
             } else {
                 ErrorKind::InvalidArgument
