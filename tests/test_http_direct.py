@@ -85,6 +85,7 @@ class _Answer:
     chunked = "chunked"  # 206, chunked
     whole = "whole"  # 200 with the whole file, as a server that ignores Range
     empty_once = "empty-once"  # one empty 200 (SeaweedFS's, by its code), then ranged
+    empty_discovery = "empty-discovery"  # that empty 200 to the first GET, then ranged
 
 
 @contextlib.contextmanager
@@ -109,7 +110,11 @@ def _scripted(path: Path, mode: str) -> Iterator[tuple[str, list[str]]]:
             last = min(last, len(data) - 1)
             body = data[first : last + 1]
             mode_now = _Answer.ranged if len(seen) == 1 else mode
-            if mode_now == _Answer.empty_once:
+            if mode == _Answer.empty_discovery:
+                mode_now = _Answer.empty_once if len(seen) == 1 else _Answer.ranged
+            elif not data:  # an empty object: no range of it can be satisfied
+                mode_now = _Answer.empty_once
+            if mode_now == _Answer.empty_once and mode == _Answer.empty_once:
                 with lock:  # the first data GET only, however the threads run
                     mode_now = _Answer.ranged if empties else mode_now
                     empties.append(self.requestline)
@@ -140,6 +145,12 @@ def _scripted(path: Path, mode: str) -> Iterator[tuple[str, list[str]]]:
                 self.end_headers()
                 self.wfile.write(body)
 
+        def do_HEAD(self) -> None:  # noqa: N802
+            seen.append(self.requestline)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -149,6 +160,26 @@ def _scripted(path: Path, mode: str) -> Iterator[tuple[str, list[str]]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_an_empty_answer_to_the_first_read_is_retried(corpus):
+    """The same bare 200 to discovery's read: a HEAD says the object is not
+    empty, so it is a broken answer, retried."""
+    c = corpus["tz-big"]
+    with _scripted(c.path, _Answer.empty_discovery) as (url, seen):
+        out = fastshard.load_state_dict(url)
+    assert_same(out, c.source)
+    assert [line.split()[0] for line in seen[:3]] == ["GET", "HEAD", "GET"], seen[:3]
+
+
+def test_an_empty_object_is_a_format_error_at_once(tmp_path):
+    empty = tmp_path / "empty.tensors"
+    empty.write_bytes(b"")
+    with _scripted(empty, _Answer.ranged) as (url, seen):
+        with pytest.raises(fastshard.FormatError) as info:
+            fastshard.open(url)
+    assert [line.split()[0] for line in seen] == ["GET", "HEAD"], seen
+    assert empty.name in str(info.value)
 
 
 def test_a_chunked_answer_goes_back_to_reqwest(corpus):
