@@ -218,29 +218,27 @@ mod tests {
         assert_eq!(network_part_size(64 << 30), NETWORK_PLAN.part_size);
     }
 
-    #[test]
-    fn chunks_split_across_segments_and_gaps() {
-        let part = Part {
+    /// Bytes 10..30: 10..15 into slot 0 (5 bytes), a gap, then 20..30
+    /// into slot 1 (12 bytes) from its byte 2.
+    fn two_segments() -> Part {
+        let segment = |offset, len, slot, slot_offset| Segment {
+            offset,
+            len,
+            slot,
+            slot_offset,
+        };
+        Part {
             start: 10,
             end: 30,
-            segments: vec![
-                Segment {
-                    offset: 10,
-                    len: 5,
-                    slot: 0,
-                    slot_offset: 0,
-                },
-                Segment {
-                    offset: 20,
-                    len: 10,
-                    slot: 1,
-                    slot_offset: 2,
-                },
-            ],
+            segments: vec![segment(10, 5, 0, 0), segment(20, 10, 1, 2)],
             run: 0,
-        };
-        let mut a = vec![0u8; 5];
-        let mut b = vec![0u8; 12];
+        }
+    }
+
+    #[test]
+    fn chunks_split_across_segments_and_gaps() {
+        let part = two_segments();
+        let (mut a, mut b) = (vec![0u8; 5], vec![0u8; 12]);
         // SAFETY: `a` and `b` outlive the sink and are untouched meanwhile.
         let dest = unsafe {
             Destinations::new(vec![(a.as_mut_ptr(), a.len()), (b.as_mut_ptr(), b.len())])
@@ -260,27 +258,8 @@ mod tests {
 
     #[test]
     fn reads_land_in_segments_and_gaps_in_scratch() {
-        let part = Part {
-            start: 10,
-            end: 30,
-            segments: vec![
-                Segment {
-                    offset: 10,
-                    len: 5,
-                    slot: 0,
-                    slot_offset: 0,
-                },
-                Segment {
-                    offset: 20,
-                    len: 10,
-                    slot: 1,
-                    slot_offset: 2,
-                },
-            ],
-            run: 0,
-        };
-        let mut a = vec![0u8; 5];
-        let mut b = vec![0u8; 12];
+        let part = two_segments();
+        let (mut a, mut b) = (vec![0u8; 5], vec![0u8; 12]);
         // SAFETY: `a` and `b` outlive the sink and are untouched meanwhile.
         let dest = unsafe {
             Destinations::new(vec![(a.as_mut_ptr(), a.len()), (b.as_mut_ptr(), b.len())])
@@ -311,6 +290,7 @@ mod tests {
         assert_eq!(a, vec![10, 11, 12, 13, 14]);
         assert_eq!(b, vec![0, 0, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29]);
     }
+
     #[test]
     fn the_first_byte_is_told_once_with_its_wait_from_the_fetch_s_start() {
         let part = Part {
