@@ -351,7 +351,7 @@ def test_anonymous_access(seaweed, objects, home):
         check_auth(results[name], "anonymous access")
 
 
-def test_a_failing_credential_source_is_an_auth_error(seaweed, objects, home):
+def test_a_broken_or_missing_credential_source_is_an_auth_error(seaweed, objects, home):
     # A profile whose credential_process exits with an error is set up but
     # broken: the load says so instead of reading the bucket unsigned.
     h = home()
@@ -362,12 +362,20 @@ def test_a_failing_credential_source_is_an_auth_error(seaweed, objects, home):
         "credential_process = false\n"
     )
     uri = objects["public"]
-    # The same object read unsigned when nothing is set up at all.
+    endpoint = {"AWS_ENDPOINT_URL": seaweed.endpoint}
     results = run_all(
         [
             ("broken", h.root, (uri, {}), {"AWS_PROFILE": PROFILE}),
-            ("none", home().root, (uri, {}), {"AWS_ENDPOINT_URL": seaweed.endpoint}),
+            # A profile asked for by name that no file defines (boto3: ProfileNotFound).
+            ("missing", home().root, (uri, {}), {**endpoint, "AWS_PROFILE": "no-such"}),
+            ("missing option", home().root, (uri, {"s3_profile": "no-such"}), endpoint),
+            # The same object read unsigned when nothing is set up at all.
+            ("none", home().root, (uri, {}), endpoint),
+            ("default", home().root, (uri, {}), {**endpoint, "AWS_PROFILE": "default"}),
         ]
     )
     check_auth(results["broken"], "could not get credentials from the AWS credential chain")
+    for name in ("missing", "missing option"):
+        check_auth(results[name], 'AWS profile "no-such" is not defined')
     check_ok(results["none"], objects)
+    check_ok(results["default"], objects)

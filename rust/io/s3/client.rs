@@ -100,6 +100,44 @@ pub struct S3Client {
     pub creds: CredentialSource,
 }
 
+/// The AWS chain, resolved now, so that "no credentials anywhere" falls
+/// back to anonymous access (public buckets) as tensorizer does: `None`.
+/// A source that is set up but fails (a credential_process that exits with
+/// an error, an expired SSO session) and a profile asked for by name that
+/// no AWS config file defines are the user's errors to see (boto3 says
+/// "profile not found" too), not reasons to send unsigned requests.
+async fn aws_chain_credentials(res: &Resolved) -> Result<Option<CredentialsProviderChain>> {
+    let chain = aws_chain(res.profile.as_deref());
+    let auth = |what: String| Err(Error::new(ErrorKind::Auth, what));
+    match chain.provide_credentials().await {
+        Ok(_) => Ok(Some(chain)),
+        Err(CredentialsError::CredentialsNotLoaded(_)) => match res.profile.as_deref() {
+            Some(name) if name != "default" && !profile_defined(name).await => auth(format!(
+                "AWS profile \"{name}\" is not defined in the AWS config or credentials file"
+            )),
+            _ => Ok(None),
+        },
+        Err(e) => auth(format!(
+            "could not get credentials from {}: {}",
+            CredentialSource::AwsChain.describe(),
+            super::errors::causes(&e)
+        )),
+    }
+}
+
+/// Whether the AWS config files define profile `name`, as the SDK reads
+/// them (`AWS_CONFIG_FILE` and `AWS_SHARED_CREDENTIALS_FILE` honoured).
+/// Files that cannot be read or parsed leave the verdict to the SDK.
+async fn profile_defined(name: &str) -> bool {
+    use aws_runtime::env_config::file::EnvConfigFiles;
+    use aws_types::os_shim_internal::{Env, Fs};
+    let files = EnvConfigFiles::default();
+    match aws_config::profile::load(&Fs::real(), &Env::real(), &files, None).await {
+        Ok(profiles) => profiles.get_profile(name).is_some(),
+        Err(_) => true,
+    }
+}
+
 /// The client and which credential source it ended up using.
 pub async fn build_client(res: &Resolved) -> Result<S3Client> {
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
@@ -143,31 +181,13 @@ pub async fn build_client(res: &Resolved) -> Result<S3Client> {
             None,
             "fastshard",
         )),
-        (None, CredentialSource::AwsChain) => {
-            let chain = aws_chain(res.profile.as_deref());
-            // Resolve now, so that "no credentials anywhere" falls back to
-            // anonymous access (public buckets) as tensorizer does. A
-            // source that is set up but fails (a credential_process that
-            // exits with an error, an expired SSO session) is the user's
-            // error to see, not a reason to send unsigned requests.
-            match chain.provide_credentials().await {
-                Ok(_) => loader.credentials_provider(SharedCredentialsProvider::new(chain)),
-                Err(CredentialsError::CredentialsNotLoaded(_)) => {
-                    source = CredentialSource::Anonymous;
-                    loader.no_credentials()
-                }
-                Err(e) => {
-                    return Err(Error::new(
-                        ErrorKind::Auth,
-                        format!(
-                            "could not get credentials from {}: {}",
-                            source.describe(),
-                            super::errors::causes(&e)
-                        ),
-                    ))
-                }
+        (None, CredentialSource::AwsChain) => match aws_chain_credentials(res).await? {
+            Some(chain) => loader.credentials_provider(SharedCredentialsProvider::new(chain)),
+            None => {
+                source = CredentialSource::Anonymous;
+                loader.no_credentials()
             }
-        }
+        },
         (None, _) => loader.no_credentials(),
     };
     let sdk = loader.load().await;
