@@ -112,9 +112,9 @@ def _scripted(path: Path, mode: str) -> Iterator[tuple[str, list[str]]]:
             mode_now = _Answer.ranged if len(seen) == 1 else mode
             if mode == _Answer.empty_discovery:
                 mode_now = _Answer.empty_once if len(seen) == 1 else _Answer.ranged
-            elif not data:  # an empty object: no range of it can be satisfied
-                mode_now = _Answer.empty_once
-            if mode_now == _Answer.empty_once and mode == _Answer.empty_once:
+            elif not data:  # an empty object: the whole of it, no bytes
+                mode_now = _Answer.whole
+            if mode_now == _Answer.empty_once:
                 with lock:  # the first data GET only, however the threads run
                     mode_now = _Answer.ranged if empties else mode_now
                     empties.append(self.requestline)

@@ -28,15 +28,13 @@ fn no_credentials(err: &(dyn std::error::Error + 'static)) -> bool {
 /// An error and its sources, each said once: the operation error's own
 /// chain, not the raw response (`DisplayErrorContext` of the whole
 /// `SdkError` would print its headers and body too).
-pub(super) fn causes(err: &dyn std::error::Error) -> String {
-    let mut parts: Vec<String> = vec![err.to_string()];
-    let mut next = err.source();
-    while let Some(e) = next {
+pub(super) fn causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for e in crate::error::sources(err) {
         let text = e.to_string();
         if !parts.iter().any(|p| p.contains(&text)) {
             parts.push(text);
         }
-        next = e.source();
     }
     parts.join(": ")
 }
