@@ -8,6 +8,7 @@
 //!
 //! Layers, each using only those below it: `py` → the facades [`session`],
 //! [`save`] and [`objects`] (the only code that blocks on the runtime) →
+//! [`stage`] (a staged load's batches and their hand-off) →
 //! [`exec`] → [`io`] (async only) → [`buffer`] → [`plan`] → `format` →
 //! [`error`]; [`location`] (a URI parsed once), [`cancel`] and [`fork`]
 //! (per-process state) sit at the bottom beside `error`.
@@ -24,6 +25,7 @@ pub mod objects;
 pub mod plan;
 pub mod save;
 pub mod session;
+pub mod stage;
 
 #[cfg(feature = "python")]
 mod py;

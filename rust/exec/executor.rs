@@ -169,9 +169,14 @@ impl<S: PartSource + ?Sized> Run<S> {
                 continue;
             }
             let (cap, source) = (self.budget_cap, Arc::clone(&self.source));
-            let Some(part) = self.queue.next(|a, b| fits_joined(cap, &*source, a, b)) else {
+            let gate = self.opts.gate.clone();
+            let joinable = |a: &Part, b: &Part| {
+                fits_joined(cap, &*source, a, b) && gate.as_ref().map_or(true, |g| g.may_join(a, b))
+            };
+            let Some(part) = self.queue.next(joinable) else {
                 continue;
             };
+            self.gate(&part).await;
             let need = self.source.staging_bytes(&part);
             let room = self.room(need).await;
             if self.stop.is_cancelled() {
@@ -225,6 +230,22 @@ impl<S: PartSource + ?Sized> Run<S> {
     async fn permit(&mut self) -> Option<OwnedSemaphorePermit> {
         let permits = Arc::clone(&self.permits);
         self.reaping(permits.acquire_owned()).await.ok()
+    }
+
+    /// Waits until the gate (if any) lets `part` write its memory, or the
+    /// load stops.
+    async fn gate(&mut self, part: &Part) {
+        let Some(gate) = self.opts.gate.clone() else {
+            return;
+        };
+        let (open, stop) = (gate.open(part), self.stop.clone());
+        self.reaping(async move {
+            tokio::select! {
+                () = open => {}
+                () = stop.cancelled() => {}
+            }
+        })
+        .await;
     }
 
     /// Room in the staging budget for `need` bytes (none needed without a

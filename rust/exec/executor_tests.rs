@@ -77,6 +77,7 @@ fn staging_budget_bounds_parts_in_flight() {
         max_concurrency: None,
         throughput_target: None,
         join_up_to: None,
+        gate: None,
     };
     let stats = run(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap();
     assert_eq!(out, bytes);
@@ -108,6 +109,7 @@ fn a_part_larger_than_the_budget_is_refused_before_any_read() {
         max_concurrency: None,
         throughput_target: None,
         join_up_to: None,
+        gate: None,
     };
     let err = run(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Budget);

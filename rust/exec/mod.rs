@@ -15,5 +15,5 @@ mod sizing;
 pub use adapt::requests_for;
 pub use executor::execute;
 pub use landed::{overlap, Items, Landed, Locate};
-pub use options::{ExecOptions, ExecStats, OnLanded};
+pub use options::{ExecOptions, ExecStats, Gate, OnLanded};
 pub use runtime::runtime;

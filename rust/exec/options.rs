@@ -4,11 +4,24 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use crate::plan::Segment;
+use crate::io::BoxFuture;
+use crate::plan::{Part, Segment};
 
 /// Told, on the runtime's threads, about every part that landed in full:
 /// its segments. Must return quickly.
 pub type OnLanded = Arc<dyn Fn(&[Segment]) + Send + Sync>;
+
+/// Holds parts back until the memory they land in may be written: a
+/// staging slab whose earlier batch is still being copied out
+/// (`stage::Ready`). Parts come in plan order, and the memory of earlier
+/// parts is opened first, so waiting for the next part never waits on
+/// one that has not started.
+pub trait Gate: Send + Sync {
+    /// Resolves once every byte of `part` may be written.
+    fn open(&self, part: &Part) -> BoxFuture<'static, ()>;
+    /// Whether `a` and the part that follows it, `b`, may be one request.
+    fn may_join(&self, a: &Part, b: &Part) -> bool;
+}
 
 #[derive(Clone)]
 pub struct ExecOptions {
@@ -32,6 +45,8 @@ pub struct ExecOptions {
     /// while each request's first byte costs more than its transfer
     /// (`sizing::Sizer`); `None`: every part as planned.
     pub join_up_to: Option<u64>,
+    /// Parts wait for it before they start (a staged load's slabs).
+    pub gate: Option<Arc<dyn Gate>>,
 }
 
 impl ExecOptions {
@@ -44,6 +59,7 @@ impl ExecOptions {
             max_concurrency: None,
             throughput_target: None,
             join_up_to: None,
+            gate: None,
         }
     }
 }
@@ -58,6 +74,7 @@ impl std::fmt::Debug for ExecOptions {
             .field("max_concurrency", &self.max_concurrency)
             .field("throughput_target", &self.throughput_target)
             .field("join_up_to", &self.join_up_to)
+            .field("gate", &self.gate.is_some())
             .finish()
     }
 }

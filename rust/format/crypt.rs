@@ -134,6 +134,16 @@ impl Opening {
         }
     }
 
+    /// Whether decryption may start at data byte `at`: a chunk's first
+    /// byte (a box sealed whole opens only from 0), or the end.
+    pub fn boundary(&self, at: u64) -> bool {
+        match self.chunk() {
+            _ if at == 0 || at >= self.len => true,
+            Some(c) => at % c == 0,
+            None => false,
+        }
+    }
+
     /// Checks and decrypts in place the data bytes `start..start +
     /// buf.len()`, which begin on a chunk boundary and end on one or at the
     /// data's end, spreading chunks over the cores. A chunk whose MAC fails

@@ -9,7 +9,7 @@
 use std::sync::{Arc, OnceLock};
 
 use super::cache::{CacheOptions, Entry, Pieces, BLOCK, WINDOW};
-use super::file::{FILE_CONCURRENCY, FILE_PLAN};
+use super::file::{file_concurrency, FILE_PLAN};
 use super::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
@@ -217,7 +217,7 @@ impl PartSource for CachedSource {
 
     fn default_concurrency(&self) -> usize {
         match self.warm() {
-            true => FILE_CONCURRENCY,
+            true => file_concurrency(),
             false => self.inner.default_concurrency(),
         }
     }

@@ -23,7 +23,17 @@ pub const FILE_PLAN: PlanOptions = PlanOptions {
     max_amplification: None,
     align: None,
 };
-pub const FILE_CONCURRENCY: usize = 8;
+/// Reads in flight from a local file (or a cache entry): one per core,
+/// and never fewer than 8, which keeps a small machine's cores busy while
+/// some reads wait on the disk. Reads from the page cache are memory
+/// copies: a 16-core machine moved 26 GB/s with 8 and 37 with 16.
+pub fn file_concurrency() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        cores.max(8)
+    })
+}
 
 #[derive(Debug)]
 pub struct FileSource {
@@ -151,7 +161,7 @@ impl PartSource for FileSource {
     }
 
     fn default_concurrency(&self) -> usize {
-        FILE_CONCURRENCY
+        file_concurrency()
     }
 
     fn staging_bytes(&self, part: &Part) -> u64 {

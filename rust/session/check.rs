@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use super::{LoadOptions, TensorFile};
 use crate::cancel::CancelToken;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::exec::Landed;
 use crate::format::crypt::Opening;
 use crate::format::hash::RecordVerifier;
@@ -21,7 +21,7 @@ pub(super) struct Checks<'a> {
     file: &'a TensorFile,
     selection: &'a [usize],
     headers: SharedRegions<'a>,
-    dests: SharedRegions<'a>,
+    dests: &'a DataRegions,
     opts: &'a LoadOptions,
     cancel: &'a CancelToken,
     progress: Vec<Mutex<Progress>>,
@@ -42,7 +42,7 @@ impl<'a> Checks<'a> {
         file: &'a TensorFile,
         selection: &'a [usize],
         headers: SharedRegions<'a>,
-        dests: SharedRegions<'a>,
+        dests: &'a DataRegions,
         opts: &'a LoadOptions,
         cancel: &'a CancelToken,
     ) -> Checks<'a> {
@@ -64,8 +64,10 @@ impl<'a> Checks<'a> {
     }
 
     /// Advances selected tensor `i` to what has landed of it. Called only
-    /// once its whole header has landed, or when it is complete.
-    pub(super) fn step(&self, i: usize, landed: Landed) -> Result<()> {
+    /// once its whole header has landed, or when it is complete. Returns
+    /// how much of the tensor's bytes (header first) are final: checked,
+    /// decrypted and, once complete, matched against its hashes.
+    pub(super) fn step(&self, i: usize, landed: Landed) -> Result<u64> {
         self.cancel.check()?;
         let entry = self.file.entry(self.selection[i]).ok_or_else(|| {
             Error::invalid(format!("tensor index {} out of range", self.selection[i]))
@@ -73,38 +75,37 @@ impl<'a> Checks<'a> {
         let mut p = self.state(i);
         let hlen = self.headers.get(i).1 as u64;
         if landed.upto < hlen && !landed.complete {
-            return Ok(()); // the header is still landing
+            return Ok(0); // the header is still landing
         }
         if !p.started {
             self.start(i, entry, &mut p)
                 .map_err(|err| err.with_tensor(entry.display_name()))?;
             p.started = true;
         }
+        let streamed = p.opening.is_some() || p.verifier.is_some();
         if entry.is_meta() {
             if landed.complete {
-                let (ptr, len) = self.dests.get(i);
-                if len > 0 {
+                for r in self.dests.of(i).iter().filter(|r| r.len > 0) {
                     // SAFETY: a meta tensor's data slot receives no reads;
-                    // the region is valid for `len` bytes by `load_into`'s
+                    // the region is valid for `len` bytes by the load's
                     // contract and only this (serialised) step touches it.
-                    unsafe { std::ptr::write_bytes(ptr, 0, len) };
+                    unsafe { std::ptr::write_bytes(r.ptr, 0, r.len) };
                 }
             }
         } else {
             let landed_data = landed.upto.saturating_sub(hlen);
             self.through(i, entry, &mut p, landed_data)?;
         }
+        let done = if streamed { hlen + p.done } else { landed.upto };
         match (landed.complete, p.verifier.take()) {
             (true, Some(v)) => v.finish().map_err(|err| {
                 err.with_tensor(entry.display_name())
                     .with_range(entry.header_offset..entry.data_offset + entry.data_length)
-            }),
-            (false, v) => {
-                p.verifier = v;
-                Ok(())
-            }
-            (true, None) => Ok(()),
+            })?,
+            (false, v) => p.verifier = v,
+            (true, None) => {}
         }
+        Ok(if landed.complete { landed.upto } else { done })
     }
 
     fn state(&self, i: usize) -> MutexGuard<'_, Progress> {
@@ -139,14 +140,13 @@ impl<'a> Checks<'a> {
             return Ok(());
         }
         if let Some(d) = self.opts.decryption.as_deref() {
-            let len = self.dests.get(i).1 as u64;
             // Before hashing: tensorizer hashes the plaintext.
             p.opening = Opening::new(
                 d,
                 &record,
                 header,
                 entry.header_offset,
-                len,
+                entry.data_length,
                 entry.data_offset,
             )?;
         }
@@ -156,37 +156,127 @@ impl<'a> Checks<'a> {
 
     /// Decrypts and hashes the data bytes from where the last step stopped
     /// to what can be processed of the first `landed` (whole cipher chunks
-    /// only, until the end).
+    /// only, until the end), region by region.
     fn through(&self, i: usize, entry: &TensorEntry, p: &mut Progress, landed: u64) -> Result<()> {
         if p.opening.is_none() && p.verifier.is_none() {
             return Ok(());
         }
-        let end = p.opening.as_ref().map_or(landed, |o| o.openable(landed));
-        if end <= p.done {
-            return Ok(());
+        let regions = self.dests.of(i);
+        let end = match &p.opening {
+            Some(o) => openable(o, regions, landed),
+            None => landed,
+        };
+        for r in regions {
+            let (a, b) = (p.done.max(r.staged), end.min(r.staged + r.len as u64));
+            if b <= a {
+                continue;
+            }
+            let (start, n) = ((a - r.staged) as usize, (b - a) as usize);
+            // SAFETY: staged bytes `a..b` of this tensor lie in this region
+            // and within its landed prefix, and no read writes them again;
+            // the executor writes only bytes past the prefix. Steps of one
+            // tensor never overlap, so nothing else accesses these bytes
+            // until the load returns; the region is valid for its `len`
+            // bytes by the load's contract.
+            let data: &mut [u8] = unsafe { std::slice::from_raw_parts_mut(r.ptr.add(start), n) };
+            if let Some(o) = &p.opening {
+                let at = r.data + start as u64;
+                if !o.boundary(at) {
+                    return Err(Error::new(
+                        ErrorKind::Unsupported,
+                        format!(
+                            "the tensor's cipher chunks do not divide fastshard's staging \
+                             unit of {} bytes (byte {at} of its data is inside a chunk); load \
+                             it into CPU memory",
+                            crate::stage::CHUNK
+                        ),
+                    )
+                    .with_tensor(entry.display_name()));
+                }
+                o.open(data, at)
+                    .map_err(|err| err.with_tensor(entry.display_name()))?;
+            }
+            if let Some(v) = &mut p.verifier {
+                v.update(data);
+            }
+            p.done = b;
         }
-        let (ptr, len) = self.dests.get(i);
-        let (start, n) = (p.done as usize, (end - p.done) as usize);
-        debug_assert!(start + n <= len);
-        // SAFETY: bytes `start..start + n` of this tensor's region have
-        // landed (they lie within its landed prefix) and no read writes
-        // them again; the executor writes only bytes past the prefix, which
-        // this slice does not cover. Steps of one tensor never overlap, so
-        // nothing else accesses these bytes until the load returns; the
-        // region is valid for `len >= start + n` bytes by `load_into`'s
-        // contract.
-        let data: &mut [u8] = unsafe { std::slice::from_raw_parts_mut(ptr.add(start), n) };
-        if let Some(o) = &p.opening {
-            o.open(data, p.done)
-                .map_err(|err| err.with_tensor(entry.display_name()))?;
-        }
-        if let Some(v) = &mut p.verifier {
-            v.update(data);
-        }
-        p.done = end;
         Ok(())
     }
 }
+
+/// How far from the start of the staged bytes decryption may go once the
+/// first `landed` have landed: to the last whole chunk, or to the end of
+/// a region whose data ends there.
+fn openable(o: &Opening, regions: &[Region], landed: u64) -> u64 {
+    let Some(r) = regions
+        .iter()
+        .find(|r| landed < r.staged + r.len as u64)
+        .filter(|r| landed >= r.staged)
+    else {
+        return landed;
+    };
+    let data = o.openable(r.data + (landed - r.staged));
+    r.staged + data.saturating_sub(r.data)
+}
+
+/// Where some of a tensor's bytes lie: `len` bytes at `ptr`, from byte
+/// `staged` of what the load brings of it (its data, or a slice's runs),
+/// which are bytes from `data` of its stored data.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Region {
+    pub(super) staged: u64,
+    pub(super) data: u64,
+    pub(super) ptr: *mut u8,
+    pub(super) len: usize,
+}
+
+/// Each selected tensor's regions, in staged order.
+pub(super) struct DataRegions {
+    flat: Vec<Region>,
+    starts: Vec<usize>,
+}
+
+impl DataRegions {
+    /// One region per tensor: its whole destination.
+    pub(super) fn whole(dests: &[(*mut u8, usize)]) -> DataRegions {
+        DataRegions {
+            flat: (dests.iter())
+                .map(|&(ptr, len)| Region {
+                    staged: 0,
+                    data: 0,
+                    ptr,
+                    len,
+                })
+                .collect(),
+            starts: (0..=dests.len()).collect(),
+        }
+    }
+
+    /// Tensor by tensor, each one's regions in staged order.
+    pub(super) fn from_lists(lists: Vec<Vec<Region>>) -> DataRegions {
+        let mut starts = Vec::with_capacity(lists.len() + 1);
+        let mut flat = Vec::new();
+        starts.push(0);
+        for l in lists {
+            flat.extend(l);
+            starts.push(flat.len());
+        }
+        DataRegions { flat, starts }
+    }
+
+    fn of(&self, i: usize) -> &[Region] {
+        &self.flat[self.starts[i]..self.starts[i + 1]]
+    }
+}
+
+// SAFETY: the regions are plain memory, valid for the whole load by its
+// contract; a checking thread touches only landed bytes of the tensor it
+// was handed, after the executor's last write to them, and each tensor's
+// steps run one at a time, so no two threads access the same bytes.
+unsafe impl Sync for DataRegions {}
+// SAFETY: as above; the pointers are only dereferenced under that rule.
+unsafe impl Send for DataRegions {}
 
 /// Record-header buffers or the caller's regions, shareable with the
 /// threads that check tensors as they land.

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::check::{Checks, SharedRegions};
+use super::check::{Checks, DataRegions, SharedRegions};
 use super::regions::{destinations, zero_regions};
 use super::{LoadOptions, LoadStats, TensorFile};
 use crate::buffer::Destinations;
@@ -14,7 +14,9 @@ use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, overlap, requests_for, runtime, ExecOptions, ExecStats, Items};
 use crate::io::PartSource;
-use crate::plan::{plan_reads, selection_wants, sliced_shape, ReadPlan, Slot, TensorSlice};
+use crate::plan::{
+    plan_reads, selection_wants, sliced_shape, PlanOptions, ReadPlan, Slot, TensorSlice, Want,
+};
 
 /// A record header larger than this is treated as corrupt rather than
 /// allocated (encrypted headers hold 16 bytes per 2 MiB chunk: 64 MiB of
@@ -34,9 +36,9 @@ struct Request<'a> {
 }
 
 /// Requests in flight to start with, and how far a load may grow them.
-struct Concurrency {
-    start: usize,
-    max: Option<usize>,
+pub(super) struct Concurrency {
+    pub(super) start: usize,
+    pub(super) max: Option<usize>,
 }
 
 impl TensorFile {
@@ -90,6 +92,7 @@ impl TensorFile {
             max_concurrency: concurrency.max,
             throughput_target: opts.throughput_target,
             join_up_to: self.join_up_to(opts),
+            gate: None,
         };
         let cancel = cancel.child_with_budget(self.deadline);
         let fetched =
@@ -223,7 +226,28 @@ impl TensorFile {
         sliced: bool,
         staging_budget: Option<u64>,
     ) -> Result<ReadPlan> {
-        let opts = req.opts;
+        let selected = req
+            .selection
+            .iter()
+            .map(|&e| {
+                self.selected(e)
+                    .ok_or_else(|| Error::invalid(format!("tensor index {e} out of range")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let wants = selection_wants(&selected, req.slices)?;
+        let plan_opts = self.plan_options(req.opts, &wants, sliced, staging_budget);
+        plan_reads(wants, plan_opts)
+    }
+
+    /// How `wants` are coalesced and split for this source, within the
+    /// budget.
+    pub(super) fn plan_options(
+        &self,
+        opts: &LoadOptions,
+        wants: &[Want],
+        sliced: bool,
+        staging_budget: Option<u64>,
+    ) -> PlanOptions {
         let mut plan_opts = self.source.plan_options();
         if let Some(p) = opts.part_size {
             plan_opts.part_size = p.max(1);
@@ -239,15 +263,6 @@ impl TensorFile {
             // within the budget by not bridging gaps it could not hold.
             plan_opts.gap_threshold = plan_opts.gap_threshold.min(budget);
         }
-        let selected = req
-            .selection
-            .iter()
-            .map(|&e| {
-                self.selected(e)
-                    .ok_or_else(|| Error::invalid(format!("tensor index {e} out of range")))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let wants = selection_wants(&selected, req.slices)?;
         if opts.part_size.is_none() {
             // The plan's segments are exactly the wanted ranges, so their sum
             // sizes the parts before planning once.
@@ -256,10 +271,10 @@ impl TensorFile {
                 plan_opts.part_size = p;
             }
         }
-        plan_reads(wants, plan_opts)
+        plan_opts
     }
 
-    fn concurrency(&self, opts: &LoadOptions, parts: usize) -> Concurrency {
+    pub(super) fn concurrency(&self, opts: &LoadOptions, parts: usize) -> Concurrency {
         match (opts.concurrency, opts.throughput_target) {
             // An explicit number wins, and stays fixed.
             (Some(n), _) => Concurrency {
@@ -285,7 +300,7 @@ impl TensorFile {
     /// How large a request may grow by joining planned parts: only where
     /// the caller left both the part size and the concurrency to the load
     /// (an explicit one is kept exactly), and the source allows it.
-    fn join_up_to(&self, opts: &LoadOptions) -> Option<u64> {
+    pub(super) fn join_up_to(&self, opts: &LoadOptions) -> Option<u64> {
         match (opts.part_size, opts.concurrency) {
             (None, None) => self.source.max_joined_part(),
             _ => None,
@@ -336,11 +351,12 @@ impl TensorFile {
         } else {
             1
         };
+        let regions = DataRegions::whole(dests);
         let checks = Checks::new(
             self,
             selection,
             SharedRegions(&header_regions),
-            SharedRegions(dests),
+            &regions,
             opts,
             cancel,
         );
@@ -352,6 +368,7 @@ impl TensorFile {
             |i, landed| {
                 checks
                     .step(i, landed)
+                    .map(drop)
                     .map_err(|e| e.with_uri(self.uri_of(selection[i])))
             },
             |on_landed| {
@@ -371,7 +388,10 @@ impl TensorFile {
 
 /// What the load may hold for gap scratch: `max_host_bytes` less the record
 /// headers it must hold in any case.
-fn staging_budget(max_host_bytes: Option<u64>, header_bytes: u64) -> Result<Option<u64>> {
+pub(super) fn staging_budget(
+    max_host_bytes: Option<u64>,
+    header_bytes: u64,
+) -> Result<Option<u64>> {
     match max_host_bytes {
         Some(max) if header_bytes > max => Err(Error::invalid(format!(
             "max_host_bytes={max} is smaller than the {header_bytes} bytes of record \

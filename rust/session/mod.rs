@@ -9,8 +9,12 @@ mod load;
 mod mapped;
 mod open;
 mod regions;
+mod staged;
+mod staged_plan;
 
 pub use mapped::MappedFile;
+pub use staged::Staging;
+pub use staged_plan::{StageItem, StagePlan};
 
 use std::sync::Arc;
 
