@@ -45,7 +45,7 @@ PYTEST_TIMEOUT ?= 900
 
 .PHONY: help setup develop develop-release develop-demo test test-rust test-py test-vllm033 lint fmt-check clippy ruff \
 	mypy stubtest layers \
-	fmt fuzz bench bench-remote bench-ready bench-tp demo demo-local shaper wheel gpu-check clean distclean
+	fmt fuzz bench bench-remote bench-ready bench-tp demo demo-local shaper wheel gpu-check peer-wheels gpu-bench clean distclean
 
 help: ## List the targets
 	@echo "fastshard: make TARGET"
@@ -154,6 +154,23 @@ wheel: setup ## Release abi3 wheel (CPython >= 3.11, any of them) into .whl/, fo
 
 gpu-check: ## On a CUDA machine with the wheel installed: benches/gpu_check.py (BENCH_ARGS="--size-gib 10 --out DIR")
 	@$(TIMED) gpu-check python3 benches/gpu_check.py $(BENCH_ARGS)
+
+# The peers the GPU benchmark measures, as CPython 3.12 manylinux wheels (a
+# GPU machine without network installs them with --no-index), with what they
+# need that such a machine's torch image lacks: tensorizer's boto3 and redis
+# clients, PyNaCl (the secretbox ceiling) and cffi.
+PEER_WHEELS := safetensors==0.9.0rc1 instanttensor==0.2.2 fastsafetensors==0.5.0 \
+	tensorizer==2.12.1 boto3 botocore s3transfer jmespath redis hiredis libnacl pynacl cffi pycparser
+PEER_PLATFORMS := $(foreach p,manylinux_2_35_x86_64 manylinux_2_34_x86_64 manylinux_2_28_x86_64 \
+	manylinux_2_27_x86_64 manylinux_2_26_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64,--platform $(p))
+
+peer-wheels: setup ## The GPU benchmark's peers (cp312 manylinux wheels) into .whl/, beside `make wheel`'s
+	@$(TIMED) peer-wheels $(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+		--implementation cp $(PEER_PLATFORMS) -d .whl $(PEER_WHEELS)
+	@ls .whl
+
+gpu-bench: ## On a CUDA machine with the wheels of `make wheel peer-wheels` installed: benches/gpu_bench.py (BENCH_ARGS="--out DIR")
+	@$(TIMED) gpu-bench python3 benches/gpu_bench.py $(BENCH_ARGS)
 
 clean: ## Remove build outputs, benchmark scratch files and caches (keeps .venv)
 	$(CARGO) clean

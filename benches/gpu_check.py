@@ -101,8 +101,10 @@ def correctness(tmp: Path, device: torch.device, seed: int) -> dict[str, Any]:
             )
     fastshard.load(meta, path, device=device, strict=False)
     params = dict(meta.named_parameters())
+    # Against a cast on the same device: CUDA's cast gives NaNs another bit
+    # pattern than the CPU's.
     checks["meta model, bf16 cast, materialised on cuda"] = all(
-        params[n].device == device and same_bytes(params[n], t.to(torch.bfloat16))
+        params[n].device == device and same_bytes(params[n], t.to(device).to(torch.bfloat16))
         for n, t in floats.items()
     )
     # Tensor-parallel slices of one unsharded file, rank 1 of 2.
@@ -110,9 +112,36 @@ def correctness(tmp: Path, device: torch.device, seed: int) -> dict[str, Any]:
     specs = {n: fastshard.ShardSpec(dim=0) for n in big}
     tp_cpu = fastshard.load_state_dict(path, names=list(big), rank=1, world_size=2,
                                        shard_specs=specs)  # fmt: skip
+    tp_cpu_rows = tp_cpu
     tp_gpu = fastshard.load_state_dict(path, names=list(big), rank=1, world_size=2,
                                        shard_specs=specs, device=device)  # fmt: skip
     checks["tp slice rank 1/2 cuda == cpu"] = all(same_bytes(tp_gpu[n], tp_cpu[n]) for n in big)
+    cols = {n: fastshard.ShardSpec(dim=1) for n in big if sd[n].shape[1] % 2 == 0}
+    if cols:
+        tp_cpu = fastshard.load_state_dict(path, names=list(cols), rank=1, world_size=2,
+                                           shard_specs=cols)  # fmt: skip
+        tp_gpu = fastshard.load_state_dict(path, names=list(cols), rank=1, world_size=2,
+                                           shard_specs=cols, device=device)  # fmt: skip
+        checks["tp slice dim 1 rank 1/2 cuda == cpu"] = all(
+            same_bytes(tp_gpu[n], tp_cpu[n]) for n in cols
+        )
+    verified = fastshard.load_state_dict(path, device=device, verify_hash=True)
+    checks["verify_hash into cuda == cpu"] = all(same_bytes(verified[n], cpu[n]) for n in sd)
+    # Encrypted: into CUDA whole, cast on the GPU, and as rank slices.
+    key = fastshard.EncryptionKey.from_bytes(bytes(range(32)))
+    enc = tmp / "dtypes-enc.tensors"
+    fastshard.save(sd, enc, encryption=key)
+    got = fastshard.load_state_dict(enc, device=device, encryption=key, verify_hash=True)
+    checks["encrypted into cuda == cpu"] = all(same_bytes(got[n], cpu[n]) for n in sd)
+    got = fastshard.load_state_dict(enc, device=device, encryption=key, dtype=torch.float32)
+    checks["encrypted, cast to fp32 on cuda"] = all(
+        same_bytes(got[n], cpu[n].to(device).to(torch.float32)) for n in floats
+    )
+    got = fastshard.load_state_dict(enc, names=list(big), rank=1, world_size=2,
+                                    shard_specs=specs, device=device, encryption=key)  # fmt: skip
+    checks["encrypted tp slice rank 1/2 cuda == cpu"] = all(
+        same_bytes(got[n], tp_cpu_rows[n]) for n in big
+    )
     return {"tensors": len(sd), "checks": checks, "ok": all(checks.values())}
 
 
@@ -167,38 +196,6 @@ def fastshard_load(path: Path, device: torch.device, repeat: int) -> tuple[list[
 
 def verdict(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
-
-
-SWEEP = [  # (slabs, slab MiB, fills in flight, concurrency per fill): the ring's knobs
-    (4, 64, 2, 16),  # the defaults
-    (8, 64, 4, 16),
-    (4, 256, 2, 32),
-    (8, 128, 4, 32),
-]
-
-
-def sweep(path: Path, model: torch.nn.Module, device: torch.device) -> list[dict[str, Any]]:
-    """One load per ring configuration (module constants patched in this
-    process only), so a single GPU call also says how to tune the defaults."""
-    from fastshard import _ring
-
-    saved = (_ring.DEPTH, _ring.MAX_SLAB, _ring.FILLS, _ring.RING_BYTES)
-    out = []
-    try:
-        for depth, slab_mib, fills, conc in SWEEP:
-            _ring.DEPTH, _ring.MAX_SLAB, _ring.FILLS = depth, slab_mib * MiB, fills
-            _ring.RING_BYTES = depth * slab_mib * MiB
-            torch.cuda.synchronize(device)
-            t0 = time.perf_counter()
-            stats = fastshard.load(model, path, concurrency=conc)
-            torch.cuda.synchronize(device)
-            gbps = stats.bytes_fetched / (time.perf_counter() - t0) / 1e9
-            out.append({"slabs": depth, "slab_mib": slab_mib, "fills": fills,
-                        "concurrency": conc, "gbps": gbps})  # fmt: skip
-            print(f"sweep {out[-1]}", flush=True)
-    finally:
-        _ring.DEPTH, _ring.MAX_SLAB, _ring.FILLS, _ring.RING_BYTES = saved
-    return out
 
 
 def main() -> int:
@@ -262,7 +259,6 @@ def main() -> int:
         result["big_load_gbps"] = rates
         result["big_load_stats"] = vars(stats)
         result["big_load_equal"] = all(same_bytes(bufs[n], t) for n, t in sample.items())
-        result["sweep"] = sweep(big, model, device)
         del model, bufs
         torch.cuda.empty_cache()
     finally:
@@ -280,11 +276,6 @@ def main() -> int:
         (f"fastshard.load {result['big_file_bytes'] / GiB:.1f} GiB file -> {device}",
          f"{best:.1f} GB/s (runs: {', '.join(f'{r:.1f}' for r in result['big_load_gbps'])})"),
         ("fastshard / raw pinned", f"{best / raw:.2f}x  (target >= 0.9x and >= 45 GB/s)"),
-        *[
-            (f"  ring {r['slabs']}x{r['slab_mib']} MiB, {r['fills']} fills, "
-             f"concurrency {r['concurrency']}", f"{r['gbps']:.1f} GB/s")
-            for r in result["sweep"]
-        ],
         ("big load equal (sampled tensors)", verdict(result["big_load_equal"])),
         ("peak_host_bytes of the big load", f"{peak / MiB:.0f} MiB"),
         ("GPU / torch / python", f"{result['gpu']} / {result['torch']} / {result['python']}"),

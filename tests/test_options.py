@@ -119,7 +119,7 @@ def test_options_are_split_and_normalised() -> None:
 
 def test_the_budget_is_divided_in_one_place() -> None:
     none = Budget()
-    assert none.whole() == {} and none.per_fill(1 << 20, 2) is None
+    assert none.whole() == {} and none.beside_slabs(1 << 20) is None
     assert none.staging(256) == 256 and not none.bounded
     # Rounds small enough that each one's exchange overlaps the next one's fetch.
     assert none.cooperative_batch(2) == _budget.COOPERATIVE_ROUND < _budget.COOPERATIVE_BYTES // 5
@@ -128,8 +128,8 @@ def test_the_budget_is_divided_in_one_place() -> None:
     mib = Budget(1 << 20)
     assert mib.whole() == {"max_host_bytes": 1 << 20}
     assert mib.staging(256) == 1 << 19  # half for the ring's slabs
-    assert mib.per_fill(1 << 19, 2) == 1 << 18  # the rest shared by the fills
-    assert mib.per_fill(2 << 20, 2) == 0
+    assert mib.beside_slabs(1 << 19) == 1 << 19  # the rest for the staged load's reads
+    assert mib.beside_slabs(2 << 20) == 0
     assert mib.cooperative_batch(2) == (1 << 20) // 5  # one per rank, sends, next, scratch
     assert Budget(3).cooperative_batch(8) == 1
     assert mib.or_default(7) == 1 << 20

@@ -27,6 +27,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
+    from ._slabs import release as release_staging
     from ._types import LoadStats, TensorInfo
     from .module import load
     from .reader import TensorFile, load_state_dict, open
@@ -55,6 +56,7 @@ _LAZY = {
     "save": "writer",
     "save_sharded": "writer",
     "ShardSpec": "tp",
+    "release_staging": "_slabs",
 }
 
 
@@ -64,7 +66,8 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'fastshard' has no attribute {name!r}")
     from importlib import import_module
 
-    value = getattr(import_module(f".{module}", __name__), name)
+    attr = "release" if name == "release_staging" else name
+    value = getattr(import_module(f".{module}", __name__), attr)
     globals()[name] = value
     return value
 
@@ -97,6 +100,7 @@ __all__ = [
     "load",
     "load_state_dict",
     "open",
+    "release_staging",
     "save",
     "save_sharded",
 ]

@@ -23,8 +23,8 @@ COOPERATIVE_ROUND = 16 << 20
 class Budget:
     """``max_host_bytes`` of one load (None: unbounded) and how each way of
     loading divides it; the only place that does. A load straight into the
-    destinations gives its native load all of it. The staging ring keeps
-    half for its slabs and shares the rest among the fills beside them. A
+    destinations gives its native load all of it. A staged load keeps half
+    for its slabs and gives the rest to its reads. A
     cooperative load holds one batch per rank, the next batch it fetches,
     and that fetch's own headers and scratch."""
 
@@ -43,12 +43,12 @@ class Budget:
         ring's own size when there is no budget)."""
         return unbounded if self.limit is None else self.limit // 2
 
-    def per_fill(self, slabs: int, fills: int) -> int | None:
-        """The budget of each of ``fills`` native loads running beside
-        ``slabs`` bytes of staging slabs."""
+    def beside_slabs(self, slabs: int) -> int | None:
+        """The budget of a staged load's reads (record headers, gap
+        scratch) beside ``slabs`` bytes of staging slabs."""
         if self.limit is None:
             return None
-        return max(0, (self.limit - slabs) // max(1, fills))
+        return max(0, self.limit - slabs)
 
     def cooperative_batch(self, world_size: int) -> int:
         """Bytes of one rank's batch in a cooperative round: a round holds

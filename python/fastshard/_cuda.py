@@ -1,15 +1,22 @@
-"""CUDA pieces of the staging ring: pinning Rust-owned slabs, and copying
-them into device memory on side streams with events as tickets.
+"""CUDA pieces of a staged load: pinning Rust-owned slabs, and copying
+each batch out of its slab into device memory on a side stream, with an
+event as its ticket.
 
-Kept thin and free of policy: ``_ring`` decides what goes where and when a
-slab may be reused; this file only knows how to do it on a GPU.
+Kept thin and free of policy: the native engine decides what goes where,
+``_ring`` when a slab may be reused; this file only knows how to do it on
+a GPU.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from .errors import DeviceError, StorageError
+
+if TYPE_CHECKING:
+    from ._ring import ByteOp, ItemOp, Places
 
 _PORTABLE = 1  # cudaHostRegisterPortable: pinned for every CUDA context, as torch pins
 
@@ -57,57 +64,88 @@ class Events:
 
 
 class CudaCopier:
-    """Host-to-device copies on side streams, two per device, alternating
-    per batch, so a batch's copy overlaps the next fill and the caller's
-    stream stays free. Destinations on the CPU are copied synchronously."""
+    """One batch at a time into GPU memory, on one side stream per device
+    so the caller's stream stays free: plain bytes straight from the
+    pinned slab into the destination's memory (a few large copies a
+    batch), and the items copied through their views (casts, small
+    tensors, strided slices) from a device copy of the slab's used bytes,
+    placed by one batched ``_foreach_copy_``: a copy and a kernel a batch,
+    none per tensor. Casts run on the GPU. Destinations on the CPU are
+    copied synchronously."""
 
-    STREAMS = 2
-
-    def __init__(self) -> None:
-        self._streams: dict[torch.device, list[torch.cuda.Stream]] = {}
-        self._used: dict[torch.device, torch.cuda.Stream] = {}
-        self._turn = 0
+    def __init__(self, places: Places, depth: int, slab_bytes: int) -> None:
+        self.places = places
+        self._slab_bytes = slab_bytes
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+        self._used: set[torch.device] = set()
+        # Per device, the device copy of each slab (allocated when first used).
+        self._staging: dict[torch.device, list[torch.Tensor | None]] = {}
+        self._depth = depth
 
     def _stream(self, device: torch.device) -> torch.cuda.Stream:
-        streams = self._streams.get(device)
-        if streams is None:
-            caller = torch.cuda.current_stream(device)
-            streams = [torch.cuda.Stream(device) for _ in range(self.STREAMS)]
-            for s in streams:
-                # Work the caller queued on the destinations (their
-                # initialisation) happens before our writes.
-                s.wait_stream(caller)
-            self._streams[device] = streams
-        return streams[self._turn % len(streams)]
+        stream = self._streams.get(device)
+        if stream is None:
+            stream = torch.cuda.Stream(device)
+            # Work the caller queued on the destinations (their
+            # initialisation) happens before our writes.
+            stream.wait_stream(torch.cuda.current_stream(device))
+            self._streams[device] = stream
+        self._used.add(device)
+        return stream
 
-    def copy(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+    def _device_slab(self, device: torch.device, slot: int) -> torch.Tensor:
+        slots = self._staging.setdefault(device, [None] * self._depth)
+        got = slots[slot]
+        if got is None:
+            got = slots[slot] = torch.empty(self._slab_bytes, dtype=torch.uint8, device=device)
+        return got
+
+    def copy(
+        self, slab: torch.Tensor, slot: int, bytes_ops: list[ByteOp], item_ops: list[ItemOp]
+    ) -> None:
         with torch.no_grad():
-            if dst.device.type != "cuda":
-                dst.copy_(src)
-                return
-            stream = self._stream(dst.device)
-            self._used[dst.device] = stream
-            with torch.cuda.stream(stream):
-                if dst.dtype == src.dtype:
+            for op in bytes_ops:
+                dst, src = self.places.bytes_pair(op, slab)
+                if dst.device.type != "cuda":
+                    dst.copy_(src)
+                    continue
+                with torch.cuda.stream(self._stream(dst.device)):
                     dst.copy_(src, non_blocking=True)
-                else:
-                    # Cast on the GPU: copy_ across devices with a dtype
-                    # change would cast on the CPU into pageable memory
-                    # first and copy synchronously from there.
-                    dst.copy_(src.to(dst.device, non_blocking=True))
+            by_device: dict[torch.device, list[ItemOp]] = {}
+            for item_op in item_ops:
+                dest = self.places.items[item_op[0]].dest
+                by_device.setdefault(dest.device, []).append(item_op)
+            for device, ops in by_device.items():
+                self._items(slab, slot, device, ops)
+
+    def _items(
+        self, slab: torch.Tensor, slot: int, device: torch.device, ops: list[ItemOp]
+    ) -> None:
+        if device.type != "cuda":
+            pairs = [self.places.item_pair(op, slab) for op in ops]
+            torch._foreach_copy_([d for d, _ in pairs], [s for _, s in pairs])
+            for dest, temp in self.places.finals(ops):
+                dest.copy_(temp)
+            return
+        lo = min(op[1] for op in ops)
+        hi = max(op[1] + (op[4] - 1) * op[5] + op[3] for op in ops)
+        with torch.cuda.stream(self._stream(device)):
+            staged = self._device_slab(device, slot)
+            staged[lo:hi].copy_(slab[lo:hi], non_blocking=True)
+            pairs = [self.places.item_pair(op, staged) for op in ops]
+            torch._foreach_copy_([d for d, _ in pairs], [s for _, s in pairs])
+            for dest, temp in self.places.finals(ops):
+                dest.copy_(temp)
 
     def ticket(self) -> Events:
         events = []
-        for stream in self._used.values():
+        for device in self._used:
             event = torch.cuda.Event()
-            event.record(stream)
+            event.record(self._streams[device])
             events.append(event)
         self._used.clear()
-        self._turn += 1
         return Events(events)
 
     def finish(self) -> None:
-        for device, streams in self._streams.items():
-            current = torch.cuda.current_stream(device)
-            for s in streams:
-                current.wait_stream(s)
+        for device, stream in self._streams.items():
+            torch.cuda.current_stream(device).wait_stream(stream)

@@ -85,7 +85,7 @@ def fresh(
     """Jobs into new tensors allocated where and as they are returned:
     plain CPU tensors of the file's dtype are filled in place (allocated
     together, ``_torch.empty_many``), the rest (CUDA, cast) go through the
-    staging ring."""
+    staging ring (small ones carved from shared blocks, ``_torch.empty_on``)."""
     planned: list[tuple[int, tp.Slice | None, tuple[int, ...], torch.dtype]] = []
     for index, sl in zip(indices, slices, strict=True):
         info = infos[index]
@@ -98,15 +98,18 @@ def fresh(
     in_place = [direct and p[3] == infos[p[0]].dtype for p in planned]
     specs = [(p[2], p[3]) for p, ok in zip(planned, in_place, strict=True) if ok]
     tensors, views = _torch.empty_many(specs)
+    staged = _torch.empty_on(
+        device, [(p[2], p[3]) for p, ok in zip(planned, in_place, strict=True) if not ok]
+    )
     jobs: list[Job] = []
-    k = 0
-    for (index, sl, shape, dtype), ok in zip(planned, in_place, strict=True):
+    k = s = 0
+    for (index, sl, shape, _), ok in zip(planned, in_place, strict=True):
         if ok:
             jobs.append(Job(index, sl, shape, tensors[k], True, views[k]))
             k += 1
         else:
-            dest = torch.empty(shape, dtype=dtype, device=device)
-            jobs.append(Job(index, sl, shape, dest, False))
+            jobs.append(Job(index, sl, shape, staged[s], False))
+            s += 1
     return jobs
 
 
@@ -124,14 +127,17 @@ def load(
             items = [_coop.Item(j.index, j.slice, j.dest) for j in jobs]
             return _coop.load(engine, items, link)
         stats = LoadStats()
-        direct = [j for j in jobs if j.in_place]
+        # An encrypted file's slices are decrypted as whole cipher chunks
+        # in the staging slabs, then cut: never straight into place.
+        direct = [j for j in jobs if j.in_place and not (j.slice is not None and engine.encrypted)]
         if direct:
             indices = [j.index for j in direct]
             buffers = [
                 j.buffer if j.buffer is not None else _torch.writable_bytes(j.dest) for j in direct
             ]
             stats.add(engine.fill_bytes(indices, buffers, [j.slice for j in direct]))
-        staged = [j.item for j in jobs if not j.in_place]
+        chosen = {id(j) for j in direct}
+        staged = [j.item for j in jobs if id(j) not in chosen]
         if staged:
             stats.add(_ring.load(engine, staged))
         return stats

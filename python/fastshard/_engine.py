@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from . import _native, _progress, _torch, tp
-from ._budget import Budget
+from ._budget import Budget, native_limit
 from ._options import OpenSettings
 from ._types import LoadStats, TensorInfo
 from .errors import InvalidArgumentError
@@ -52,6 +52,15 @@ class Engine:
     @property
     def verify_hash(self) -> bool:
         return self._settings.verify_hash
+
+    @property
+    def encrypted(self) -> bool:
+        return self.native().encrypted
+
+    @property
+    def stage_unit(self) -> int:
+        """The smallest piece a staged load cuts tensors in (``_ring``)."""
+        return self.native().stage_unit
 
     def info_at(self, index: int) -> TensorInfo:
         return self._infos[index]
@@ -101,6 +110,27 @@ class Engine:
         if self._first_fill is None:
             self._first_fill = time.perf_counter()
         return LoadStats.of_native(reader.load(native, buffers, **opts))
+
+    def stage(
+        self,
+        indices: Sequence[int],
+        slices: Sequence[tp.Slice | None],
+        targets: Sequence[tuple[int, int] | None],
+        slabs: Sequence[_native.Slab],
+        slab_bytes: int,
+        max_host_bytes: int | None,
+    ) -> _native.Staging:
+        """Starts a staged load of tensors ``indices`` into ``slabs``
+        (``_ring`` copies each batch out); ``targets``: each one's byte
+        target, or None to copy it through its own view."""
+        reader = self.native()
+        native = [self._native_index[i] for i in indices]
+        opts = {**self._settings.native, **native_limit(max_host_bytes)}
+        if self._counter is not None:
+            opts["progress"] = self._counter
+        if self._first_fill is None:
+            self._first_fill = time.perf_counter()
+        return reader.stage(native, list(slices), list(targets), list(slabs), slab_bytes, **opts)
 
     # -- lifetime ----------------------------------------------------------
     def native(self) -> _native.Reader:

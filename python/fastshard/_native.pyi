@@ -18,6 +18,7 @@ __all__ = [
     "Progress",
     "Reader",
     "Slab",
+    "Staging",
     "delete_object",
     "dtype_itemsize",
     "read_object",
@@ -161,6 +162,48 @@ class Slab:
     def __len__(self) -> int: ...
 
 @final
+class Staging:
+    """A staged load running (``Reader.stage``): reads fill the slabs
+    several batches ahead of the copies; tensors are checked, decrypted and
+    hashed as their bytes land. Batch ``b`` lies in slab ``b % slabs``
+    once ``next`` returns it, until ``release(b)``. Closing (or leaving the
+    ``with`` block) cancels what is still being read and waits for it."""
+
+    @property
+    def batches(self) -> int: ...
+    @property
+    def slabs(self) -> int: ...
+    @property
+    def zeros(self) -> list[int]:
+        """Items whose destination must be all zeros (meta tensors)."""
+    def next(self) -> int | None:
+        """The next final batch, or None after the last. Waits without the
+        GIL; a read's or a check's failure raises here, typed, naming the
+        URI, tensor and range; Ctrl-C cancels and raises KeyboardInterrupt.
+        A read may span two batches: batch ``b`` needs every batch up to
+        ``b + 1 - slabs`` released first."""
+    def ops(
+        self, batch: int
+    ) -> tuple[
+        list[tuple[int, int, int, int]], list[tuple[int, int, int, int, int, int, int, bool]]
+    ]:
+        """Batch ``batch``'s copies out of its slab: plain bytes as
+        ``(target, src, dst, len)`` (``len`` bytes from slab byte ``src``
+        to target byte ``dst``), and copies through an item's view as
+        ``(item, src, dst, width, height, src_pitch, dst_pitch, last)``:
+        ``height`` rows of ``width`` bytes from ``src`` every ``src_pitch``
+        to the item's loaded bytes (file dtype, row-major) from ``dst``
+        every ``dst_pitch``; ``last`` marks the item's final copy."""
+    def release(self, batch: int) -> None:
+        """Batch ``batch``'s copies have completed: its slab may be
+        refilled. Batches are released in order."""
+    def finish(self) -> dict[str, float]:
+        """After the last batch: the load's stats, as ``Reader.load``'s."""
+    def close(self) -> None: ...
+    def __enter__(self) -> Staging: ...
+    def __exit__(self, _exc_type: object, _exc: object, _tb: object) -> None: ...
+
+@final
 class Mapping:
     """A whole local tensor file mapped copy-on-write (``MAP_PRIVATE``),
     made by ``Reader.map``; exported through the writable buffer protocol,
@@ -205,6 +248,9 @@ class Reader:
     format: str  # "tensorizer" or "safetensors", detected from the bytes
     metadata: list[tuple[str, str]]  # safetensors' __metadata__ (sorted); [] for tensorizer
     encrypted: bool
+    # The smallest piece ``stage`` cuts this file's tensors in: 2 MiB (a
+    # cipher chunk) for an encrypted file, else 4 KiB; slabs hold two.
+    stage_unit: int
     discovery_bytes: int  # read by the constructor (header and index)
     def __new__(
         cls,
@@ -263,7 +309,8 @@ class Reader:
         stop), in parts of up to 16 MiB (a small load gets smaller parts,
         one per starting read, at least 1 MiB) that are joined into larger
         reads while a read's first byte takes longer than its bytes (neither
-        set); local files use 8 reads of 8 MiB. Returns stats of this load (discovery not included):
+        set); local files use one read per core (at least 8) of 8 MiB.
+        Returns stats of this load (discovery not included):
         bytes_fetched, bytes_wanted, requests (ranged reads sent, retries
         included), retries, seconds, concurrency (the most in flight),
         peak_host_bytes, bytes_from_cache (read from the node's cache, not
@@ -277,6 +324,33 @@ class Reader:
         chunk's MAC: IntegrityError naming the tensor and the chunk's byte
         range; every buffer of the load is zeroed.
         """
+
+    def stage(
+        self,
+        indices: Sequence[int],
+        slices: Sequence[tuple[int, Sequence[tuple[int, int]]] | None],
+        targets: Sequence[tuple[int, int] | None],
+        slabs: Sequence[Slab],
+        slab_bytes: int,
+        *,
+        verify_hash: bool = False,
+        concurrency: int | None = None,
+        throughput_target_gbps: float | None = None,
+        part_size_bytes: int | None = None,
+        max_host_bytes: int | None = None,
+        encryption: _EncryptionTuple | None = None,
+        progress: Progress | None = None,
+    ) -> Staging:
+        """Start a staged load of tensors ``indices`` (their ``slices`` as
+        in ``load``; slices of an encrypted file too) into ``slabs``: at
+        least two ``Slab``s (any writable buffers) of ``slab_bytes`` or more (at least 2
+        MiB, a multiple of 512), kept exported until the staging closes.
+        ``targets[i]``: ``(target, base)`` when item ``i`` is copied out as
+        plain bytes into target ``target`` from byte ``base`` (contiguous
+        memory of the file's dtype; items may share a target), None when
+        it is copied through its own view. Options as in ``load``;
+        ``max_host_bytes`` bounds the record headers and gap scratch
+        beside the slabs. Refuses what ``load`` refuses, before reading."""
 
 def write_file(
     path: str | Location,

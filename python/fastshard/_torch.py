@@ -135,6 +135,51 @@ def _carve(
         views[slot] = raw[offset : offset + size]
 
 
+# New tensors a staged load fills on any device are carved at this
+# alignment, the staging slabs' own: tensors that follow each other in a
+# slab then follow each other in their block too, and a batch of them is
+# copied out as one run (``_ring``).
+STAGED_ALIGN = 512
+
+
+def empty_on(
+    device: torch.device, specs: Sequence[tuple[Sequence[int], torch.dtype]]
+) -> list[torch.Tensor]:
+    """New contiguous tensors of ``specs`` (shape, dtype) on ``device``:
+    small ones views of shared blocks of their dtype, in order, at
+    ``STAGED_ALIGN`` (one allocation a block instead of one a tensor), the
+    rest their own."""
+    out: list[torch.Tensor] = [_NO_TENSOR] * len(specs)
+    pending: dict[torch.dtype, list[tuple[int, tuple[int, ...], int]]] = {}
+    fill: dict[torch.dtype, int] = {}
+
+    def carve(dtype: torch.dtype) -> None:
+        items = pending.pop(dtype, [])
+        if not items:
+            return
+        block = torch.empty(
+            max(fill.pop(dtype), STAGED_ALIGN) // dtype.itemsize, dtype=dtype, device=device
+        )
+        for slot, dims, offset in items:
+            out[slot] = block.as_strided(dims, _contiguous_strides(dims), offset // dtype.itemsize)
+
+    for slot, (shape, dtype) in enumerate(specs):
+        dims = tuple(shape)
+        size = math.prod(dims) * dtype.itemsize
+        if size > SMALL_TENSOR:
+            out[slot] = torch.empty(dims, dtype=dtype, device=device)
+            continue
+        at = fill.get(dtype, 0)
+        if at + size > SLAB_BYTES:
+            carve(dtype)
+            at = 0
+        pending.setdefault(dtype, []).append((slot, dims, at))
+        fill[dtype] = -(-(at + size) // STAGED_ALIGN) * STAGED_ALIGN
+    for dtype in list(pending):
+        carve(dtype)
+    return out
+
+
 def _contiguous_strides(dims: tuple[int, ...]) -> tuple[int, ...]:
     out = []
     step = 1

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import torch
 
+    from . import _native
     from ._budget import Budget
     from .tp import Slice
 
@@ -143,6 +144,8 @@ class TensorSource(Protocol):
     def budget(self) -> Budget: ...
     @property
     def verify_hash(self) -> bool: ...
+    @property
+    def stage_unit(self) -> int: ...
     def info_at(self, index: int) -> TensorInfo: ...
     def fill(
         self,
@@ -151,3 +154,12 @@ class TensorSource(Protocol):
         slices: Sequence[Slice | None] | None = None,
         **overrides: Any,
     ) -> LoadStats: ...
+    def stage(
+        self,
+        indices: Sequence[int],
+        slices: Sequence[Slice | None],
+        targets: Sequence[tuple[int, int] | None],
+        slabs: Sequence[_native.Slab],
+        slab_bytes: int,
+        max_host_bytes: int | None,
+    ) -> _native.Staging: ...

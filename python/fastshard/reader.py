@@ -9,7 +9,7 @@ from typing import Any, Unpack
 
 import torch
 
-from . import _dispatch, _gc, _hf, _mapped, _options, _torch, packed, shard, tp
+from . import _dispatch, _gc, _hf, _mapped, _native, _options, _torch, packed, shard, tp
 from ._budget import Budget
 from ._engine import Engine
 from ._index import Index
@@ -157,6 +157,22 @@ class TensorFile:
         ``tensors[i]`` (contiguous CPU, exact byte size) in one native call;
         ``slices[i]``, when given, loads only that tensor-parallel slice."""
         return self.engine.fill(indices, tensors, slices, **overrides)
+
+    @property
+    def stage_unit(self) -> int:
+        return self.engine.stage_unit
+
+    def stage(
+        self,
+        indices: Sequence[int],
+        slices: Sequence[tp.Slice | None],
+        targets: Sequence[tuple[int, int] | None],
+        slabs: Sequence[_native.Slab],
+        slab_bytes: int,
+        max_host_bytes: int | None,
+    ) -> _native.Staging:
+        """A staged load of tensors ``indices`` (``Engine.stage``)."""
+        return self.engine.stage(indices, slices, targets, slabs, slab_bytes, max_host_bytes)
 
     # -- loading -----------------------------------------------------------
     @_gc.pausing

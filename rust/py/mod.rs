@@ -11,6 +11,7 @@ mod options;
 mod progress;
 mod reader;
 mod slab;
+mod staging;
 mod writer;
 
 use pyo3::prelude::*;
@@ -22,6 +23,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reader::Reader>()?;
     m.add_class::<location::PyLocation>()?;
     m.add_class::<slab::Slab>()?;
+    m.add_class::<staging::Staging>()?;
     m.add_class::<mapped::Mapping>()?;
     m.add_class::<progress::Progress>()?;
     m.add_function(wrap_pyfunction!(writer::write_file, m)?)?;

@@ -10,19 +10,22 @@ use super::gil::run_blocking;
 use super::location::location_arg;
 use super::mapped::Mapping;
 use super::options;
+use super::staging::Staging;
 use crate::cancel::CancelToken;
 use crate::error::Error;
 use crate::format::crypt::Decryptor;
 use crate::format::names::{PathPart, TensorName};
 use crate::plan::TensorSlice;
-use crate::session::{LoadOptions, TensorFile};
+use crate::session::{LoadOptions, LoadStats as NativeStats, StageItem, TensorFile};
+use crate::stage::Target;
+use std::sync::Arc;
 
 /// A tensor-parallel slice as Python passes it: `(dim, [(start, len), …])`.
 type PySlice = Option<(usize, Vec<(u64, u64)>)>;
 
 #[pyclass(module = "fastshard._native", frozen)]
 pub struct Reader {
-    file: TensorFile,
+    file: Arc<TensorFile>,
 }
 
 #[pymethods]
@@ -48,7 +51,9 @@ impl Reader {
             TensorFile::open_set(loc.display(), &files, &opts, &cancel)
         })?
         .map_err(to_py)?;
-        Ok(Reader { file })
+        Ok(Reader {
+            file: Arc::new(file),
+        })
     }
 
     /// `(uri, file_size, tensor_count)` of each file, in the order their
@@ -94,6 +99,13 @@ impl Reader {
     #[getter]
     fn discovery_bytes(&self) -> u64 {
         self.file.discovery_stats().1
+    }
+
+    /// The smallest piece a staged load cuts this file's tensors in (its
+    /// slabs hold at least two).
+    #[getter]
+    fn stage_unit(&self) -> u64 {
+        self.file.stage_unit()
     }
 
     #[getter]
@@ -164,19 +176,16 @@ impl Reader {
         progress: Option<PyRef<'py, super::progress::Progress>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         // Checked before any buffer is taken, so there is nothing to release.
-        if let Some(t) = throughput_target_gbps.filter(|t| !(t.is_finite() && *t > 0.0)) {
-            return Err(to_py(Error::invalid(format!(
-                "throughput_target_gbps must be a positive number of gigabits a second, not {t}"
-            ))));
-        }
-        // One Decryptor per load: a passphrase is derived once, not per tensor.
-        let decryption = super::crypt::parse(encryption.as_ref())?
-            .map(|k| std::sync::Arc::new(Decryptor::new(k.secret)));
-        let slices: Vec<Option<TensorSlice>> = slices
-            .unwrap_or_default()
-            .into_iter()
-            .map(|s| s.map(|(dim, ranges)| TensorSlice { dim, ranges }))
-            .collect();
+        let opts = load_options(
+            verify_hash,
+            concurrency,
+            throughput_target_gbps,
+            part_size_bytes,
+            max_host_bytes,
+            encryption.as_ref(),
+            progress,
+        )?;
+        let slices = tensor_slices(slices.unwrap_or_default());
         let uri = self.file.uri().to_string();
         let held = Held::take(&buffers, true).map_err(|e| to_py(e.with_uri(&uri)))?;
         let regions = Regions(held.regions());
@@ -184,15 +193,6 @@ impl Reader {
             held.release(py);
             return Err(to_py(e.with_uri(uri)));
         }
-        let opts = LoadOptions {
-            verify_hash,
-            concurrency,
-            throughput_target: throughput_target_gbps.map(|g| g * 1e9 / 8.0),
-            part_size: part_size_bytes,
-            max_host_bytes,
-            decryption,
-            progress: progress.map(|p| p.counter()),
-        };
         let cancel = CancelToken::new();
         let file = &self.file;
         let outcome = run_blocking(py, &cancel, || {
@@ -205,17 +205,117 @@ impl Reader {
         });
         held.release(py);
         let stats = outcome?.map_err(to_py)?;
-        let d = PyDict::new(py);
-        d.set_item("bytes_fetched", stats.bytes_fetched)?;
-        d.set_item("bytes_wanted", stats.bytes_wanted)?;
-        d.set_item("requests", stats.requests)?;
-        d.set_item("retries", stats.retries)?;
-        d.set_item("seconds", stats.seconds)?;
-        d.set_item("concurrency", stats.concurrency)?;
-        d.set_item("peak_host_bytes", stats.peak_host_bytes)?;
-        d.set_item("bytes_from_cache", stats.bytes_from_cache)?;
-        Ok(d)
+        stats_dict(py, &stats)
     }
+
+    /// Starts a staged load into `slabs` (see `_native.pyi`).
+    #[pyo3(signature = (indices, slices, targets, slabs, slab_bytes, *, verify_hash=false, concurrency=None, throughput_target_gbps=None, part_size_bytes=None, max_host_bytes=None, encryption=None, progress=None))]
+    #[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
+    fn stage<'py>(
+        &self,
+        indices: Vec<usize>,
+        slices: Vec<PySlice>,
+        targets: Vec<Option<(u32, u64)>>,
+        slabs: Vec<Bound<'py, PyAny>>,
+        slab_bytes: u64,
+        verify_hash: bool,
+        concurrency: Option<usize>,
+        throughput_target_gbps: Option<f64>,
+        part_size_bytes: Option<u64>,
+        max_host_bytes: Option<u64>,
+        encryption: Option<Bound<'py, PyAny>>,
+        progress: Option<PyRef<'py, super::progress::Progress>>,
+    ) -> PyResult<Staging> {
+        let opts = load_options(
+            verify_hash,
+            concurrency,
+            throughput_target_gbps,
+            part_size_bytes,
+            max_host_bytes,
+            encryption.as_ref(),
+            progress,
+        )?;
+        let uri = self.file.uri();
+        if indices.len() != slices.len() || indices.len() != targets.len() {
+            return Err(to_py(
+                Error::invalid(format!(
+                    "{} tensors, {} slices and {} targets given",
+                    indices.len(),
+                    slices.len(),
+                    targets.len()
+                ))
+                .with_uri(uri),
+            ));
+        }
+        let items: Vec<StageItem> = (indices.into_iter())
+            .zip(tensor_slices(slices))
+            .zip(targets)
+            .map(|((index, slice), target)| StageItem {
+                index,
+                slice,
+                target: match target {
+                    Some((id, base)) => Target::Bytes { id, base },
+                    None => Target::Item,
+                },
+            })
+            .collect();
+        let plan = self
+            .file
+            .plan_staged(&items, &opts, slab_bytes)
+            .map_err(|e| to_py(e.with_uri(uri)))?;
+        Staging::start(Arc::clone(&self.file), plan, &slabs, opts)
+    }
+}
+
+/// A load's options from the keyword arguments `load` and `stage` share.
+fn load_options(
+    verify_hash: bool,
+    concurrency: Option<usize>,
+    throughput_target_gbps: Option<f64>,
+    part_size: Option<u64>,
+    max_host_bytes: Option<u64>,
+    encryption: Option<&Bound<'_, PyAny>>,
+    progress: Option<PyRef<'_, super::progress::Progress>>,
+) -> PyResult<LoadOptions> {
+    if let Some(t) = throughput_target_gbps.filter(|t| !(t.is_finite() && *t > 0.0)) {
+        return Err(to_py(Error::invalid(format!(
+            "throughput_target_gbps must be a positive number of gigabits a second, not {t}"
+        ))));
+    }
+    // One Decryptor per load: a passphrase is derived once, not per tensor.
+    let decryption = super::crypt::parse(encryption)?.map(|k| Arc::new(Decryptor::new(k.secret)));
+    Ok(LoadOptions {
+        verify_hash,
+        concurrency,
+        throughput_target: throughput_target_gbps.map(|g| g * 1e9 / 8.0),
+        part_size,
+        max_host_bytes,
+        decryption,
+        progress: progress.map(|p| p.counter()),
+    })
+}
+
+fn tensor_slices(slices: Vec<PySlice>) -> Vec<Option<TensorSlice>> {
+    (slices.into_iter())
+        .map(|s| s.map(|(dim, ranges)| TensorSlice { dim, ranges }))
+        .collect()
+}
+
+/// A load's stats as the dict `LoadStats.of_native` reads.
+pub(super) fn stats_dict<'py>(
+    py: Python<'py>,
+    stats: &NativeStats,
+) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("bytes_fetched", stats.bytes_fetched)?;
+    d.set_item("bytes_wanted", stats.bytes_wanted)?;
+    d.set_item("requests", stats.requests)?;
+    d.set_item("retries", stats.retries)?;
+    d.set_item("seconds", stats.seconds)?;
+    d.set_item("concurrency", stats.concurrency)?;
+    d.set_item("peak_host_bytes", stats.peak_host_bytes)?;
+    d.set_item("bytes_from_cache", stats.bytes_from_cache)?;
+    Ok(d)
 }
 
 /// Destinations must not overlap (two views of one tensor, say): the reads

@@ -101,8 +101,9 @@ impl Staging {
     }
 
     /// The next batch, once final (its slab is `batch % slabs`); `None`
-    /// after the last. `interrupted` is asked while waiting (a Ctrl-C),
-    /// which cancels the load.
+    /// after the last. A read may span two batches, so batch `b` needs
+    /// every batch up to `b + 1 - slabs` released first. `interrupted` is
+    /// asked while waiting (a Ctrl-C), which cancels the load.
     pub fn next(&mut self, interrupted: impl Fn() -> bool) -> Result<Option<usize>> {
         if self.next >= self.ready.batches() {
             return Ok(None);

@@ -12,7 +12,7 @@ use super::{LoadOptions, TensorFile};
 use crate::error::{Error, Result};
 use crate::format::TensorEntry;
 use crate::plan::{slice_wants, sliced_shape, TensorSlice, Want};
-use crate::stage::{layout, ops, BatchOps, Extent, ItemSpec, Layout, Run, Target, CHUNK};
+use crate::stage::{layout, ops, BatchOps, Extent, ItemSpec, Layout, Run, Target, CHUNK, UNIT};
 
 /// A record header larger than this is treated as corrupt rather than
 /// allocated (as `load_into` does).
@@ -76,7 +76,7 @@ impl TensorFile {
         // they fill follow each other (the gate relies on it).
         specs.sort_by_key(|(s, _)| s.file_start());
         let (specs, selection): (Vec<ItemSpec>, Vec<usize>) = specs.into_iter().unzip();
-        let layout = layout(&specs, slab_bytes)?;
+        let layout = layout(&specs, slab_bytes, self.stage_unit())?;
         let ops = ops(&layout, &specs);
         Ok(StagePlan {
             layout,
@@ -86,6 +86,15 @@ impl TensorFile {
             selection,
             sliced,
         })
+    }
+
+    /// The unit a staged load cuts this file's tensors in (see
+    /// `stage::layout`): whole cipher chunks of an encrypted file.
+    pub fn stage_unit(&self) -> u64 {
+        match self.index().has_crypt_info() {
+            true => CHUNK,
+            false => UNIT,
+        }
     }
 
     /// What no staged load of this file can do, before anything is read.

@@ -5,9 +5,10 @@
 //! An item is staged as a stream: its record header (when one is read),
 //! then its staged bytes, which lie at `extents` of the file. A piece is a
 //! run of the staged bytes in one batch; pieces of a large item fill the
-//! rest of one batch and whole batches after it, cut at multiples of
-//! [`CHUNK`], so an encrypted tensor's cipher chunks never straddle two
-//! slabs and every cut falls on an element boundary of any dtype.
+//! rest of one batch and whole batches after it, cut at multiples of a
+//! unit: [`CHUNK`] for an encrypted file, so its cipher chunks never
+//! straddle two slabs, else [`UNIT`]; either way every cut falls on an
+//! element boundary of any dtype.
 //!
 //! Pure functions: no IO, no memory; `session::staged` runs the result.
 
@@ -16,9 +17,13 @@ use std::ops::Range;
 use crate::error::{Error, Result};
 use crate::plan::Want;
 
-/// Pieces are cut at multiples of this many staged bytes: tensorizer's
-/// cipher chunk (its writer's only size), a multiple of every itemsize.
+/// Pieces of an encrypted file's tensors are cut at multiples of this many
+/// staged bytes: tensorizer's cipher chunk (its writer's only size).
 pub const CHUNK: u64 = 2 * 1024 * 1024;
+
+/// Pieces of other tensors are cut at multiples of this: a multiple of
+/// every itemsize, small enough for a tight memory budget.
+pub const UNIT: u64 = 4 * 1024;
 
 /// Pieces start at multiples of this in their slab: any dtype's alignment,
 /// and DMA-friendly.
@@ -121,13 +126,16 @@ fn aligned(n: u64) -> u64 {
 }
 
 /// Packs `items`, in order, into batches of at most `slab_bytes` (at
-/// least [`CHUNK`], a multiple of [`ALIGN`]). An item that does not fit
-/// the rest of a batch starts the next one, unless it is larger than a
-/// chunk: then it fills what whole chunks the batch has left first.
-pub fn layout(items: &[ItemSpec], slab_bytes: u64) -> Result<Layout> {
-    if slab_bytes < CHUNK || slab_bytes % ALIGN != 0 {
+/// least two `unit`s, a multiple of [`ALIGN`]; `unit` a multiple of
+/// `ALIGN`). An item that does not fit the rest of a batch starts the next
+/// one, unless it is larger than a unit: then it fills what whole units
+/// the batch has left first. So every batch but the last uses more than
+/// half its slab, and a read of at most half a slab spans two batches.
+pub fn layout(items: &[ItemSpec], slab_bytes: u64, unit: u64) -> Result<Layout> {
+    if unit == 0 || unit % ALIGN != 0 || slab_bytes < 2 * unit || slab_bytes % ALIGN != 0 {
         return Err(Error::invalid(format!(
-            "staging slabs of {slab_bytes} bytes: at least {CHUNK}, a multiple of {ALIGN}"
+            "staging slabs of {slab_bytes} bytes: at least {}, a multiple of {ALIGN}",
+            2 * unit
         )));
     }
     let mut pieces: Vec<Piece> = Vec::new();
@@ -150,7 +158,7 @@ pub fn layout(items: &[ItemSpec], slab_bytes: u64) -> Result<Layout> {
             let take = if left <= room {
                 left
             } else {
-                room / CHUNK * CHUNK
+                room / unit * unit
             };
             if take == 0 && left > 0 {
                 close(&mut at, &pieces, &mut batches);

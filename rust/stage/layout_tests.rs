@@ -25,7 +25,7 @@ fn small_items_share_a_batch_and_large_ones_fill_whole_chunks() {
         whole(1, 2000, 9 * MIB, Target::Item),
         whole(2, 10 * MIB, 10, Target::Item),
     ];
-    let l = layout(&items, 4 * MIB).unwrap();
+    let l = layout(&items, 4 * MIB, CHUNK).unwrap();
     let cuts: Vec<(usize, usize, u64, u64, u64)> = (l.pieces.iter())
         .map(|p| (p.item, p.batch, p.slab_offset, p.staged, p.len))
         .collect();
@@ -47,14 +47,15 @@ fn small_items_share_a_batch_and_large_ones_fill_whole_chunks() {
 
 #[test]
 fn slabs_too_small_for_a_chunk_are_refused() {
-    assert!(layout(&[], CHUNK - ALIGN).is_err());
-    assert!(layout(&[], CHUNK + 1).is_err());
+    assert!(layout(&[], 2 * CHUNK - ALIGN, CHUNK).is_err());
+    assert!(layout(&[], 2 * CHUNK + 1, CHUNK).is_err());
+    assert!(layout(&[], 2 * UNIT, UNIT).is_ok());
 }
 
 #[test]
 fn reads_land_each_piece_and_the_header_once() {
     let items = vec![whole(0, 0, 5 * MIB, Target::Item)];
-    let l = layout(&items, 4 * MIB).unwrap();
+    let l = layout(&items, 4 * MIB, CHUNK).unwrap();
     let w = wants(&l, &items);
     assert_eq!(w[0], Want::whole(0, 100, header_slot(0)));
     assert_eq!(w[1], Want::whole(100, 4 * MIB, data_slot(0)));
@@ -71,7 +72,7 @@ fn byte_copies_merge_where_slab_and_target_continue_each_other() {
         whole(1, 1000, 512, t(512)),
         whole(2, 2000, 100, t(4096)),
     ];
-    let l = layout(&items, 4 * MIB).unwrap();
+    let l = layout(&items, 4 * MIB, CHUNK).unwrap();
     let o = ops(&l, &items);
     assert_eq!(
         o[0].bytes,
@@ -113,7 +114,7 @@ fn runs_of_one_width_at_constant_strides_are_one_strided_copy() {
         runs: Some(runs),
         target: Target::Item,
     };
-    let l = layout(std::slice::from_ref(&item), 4 * MIB).unwrap();
+    let l = layout(std::slice::from_ref(&item), 4 * MIB, CHUNK).unwrap();
     let o = ops(&l, &[item]);
     assert_eq!(
         o[0].items,
@@ -179,11 +180,13 @@ proptest! {
     #[test]
     fn staged_bytes_reach_their_place(
         sizes in proptest::collection::vec(0u64..(5 * MIB), 1..8),
-        slab_chunks in 1u64..4,
+        slab_chunks in 2u64..5,
+        encrypted in any::<bool>(),
         bytes_target in proptest::collection::vec(any::<bool>(), 8),
         rows in 1u64..5,
     ) {
-        let slab = slab_chunks * CHUNK + 512 * rows;
+        let unit = if encrypted { CHUNK } else { UNIT };
+        let slab = slab_chunks * unit + 512 * rows;
         let mut items = Vec::new();
         let mut loaded_len = Vec::new();
         let (mut file_at, mut base) = (0u64, 0u64);
@@ -198,7 +201,10 @@ proptest! {
             base += n;
         }
         let file: Vec<u8> = (0..file_at).map(|i| (i * 31 % 251) as u8).collect();
-        let l = layout(&items, slab).unwrap();
+        let l = layout(&items, slab, unit).unwrap();
+        for batch in &l.batches[..l.batches.len().saturating_sub(1)] {
+            prop_assert!(batch.used * 2 > slab, "every batch but the last is over half full");
+        }
         for batch in &l.batches {
             let mut spans: Vec<(u64, u64)> = l.pieces[batch.pieces.clone()]
                 .iter()
@@ -213,7 +219,7 @@ proptest! {
         for w in l.pieces.windows(2) {
             prop_assert!(w[0].batch <= w[1].batch);
             if w[0].item == w[1].item {
-                prop_assert_eq!(w[1].staged % CHUNK, 0);
+                prop_assert_eq!(w[1].staged % unit, 0);
             }
         }
         let out = replay(&items, &l, &file, &loaded_len);

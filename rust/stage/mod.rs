@@ -11,6 +11,6 @@ mod ready;
 
 pub use layout::{
     data_slot, header_slot, layout, ops, piece_of_slot, wants, Batch, BatchOps, ByteOp, Extent,
-    ItemOp, ItemSpec, Layout, Piece, Run, Target, ALIGN, CHUNK,
+    ItemOp, ItemSpec, Layout, Piece, Run, Target, ALIGN, CHUNK, UNIT,
 };
 pub use ready::Ready;

@@ -202,7 +202,7 @@ impl Gate for Ready {
 mod tests {
     use super::*;
     use crate::plan::Segment;
-    use crate::stage::layout::{data_slot, layout, Extent, ItemSpec, Target};
+    use crate::stage::layout::{data_slot, layout, Extent, ItemSpec, Target, CHUNK};
 
     fn item(len: u64) -> ItemSpec {
         ItemSpec {
@@ -240,7 +240,7 @@ mod tests {
         // 3 and 5 MiB in 4 MiB slabs: the second fills batch 1, its last
         // MiB goes to batch 2.
         let items = vec![item(3 * MIB), item(5 * MIB)];
-        let l = layout(&items, 4 * MIB).unwrap();
+        let l = layout(&items, 4 * MIB, CHUNK).unwrap();
         assert_eq!(l.batches.len(), 3);
         let ready = Ready::new(&l, &[0, 0], 2);
         ready.advance(0, 3 * MIB);
@@ -275,7 +275,7 @@ mod tests {
     fn joins_span_two_batches_at_most() {
         const MIB: u64 = 1 << 20;
         let items = vec![item(4 * MIB), item(4 * MIB), item(4 * MIB)];
-        let l = layout(&items, 4 * MIB).unwrap();
+        let l = layout(&items, 4 * MIB, CHUNK).unwrap();
         let ready = Ready::new(&l, &[0, 0, 0], 4);
         let (p0, p1, p2) = (
             part(&[data_slot(0)]),

@@ -99,10 +99,15 @@ class FastshardModelLoader(BaseModelLoader):
         """Fill an existing model in place (also usable to reload weights)."""
         plan = self._planned or self.plan(model_config)
         started = time.perf_counter()
-        if plan.layout == "vllm":
-            stats = self._load_vllm(model, plan)
-        else:
-            stats = self._load_hf(model, model_config, plan)
+        try:
+            if plan.layout == "vllm":
+                stats = self._load_vllm(model, plan)
+            else:
+                stats = self._load_hf(model, model_config, plan)
+        finally:
+            # The weights are in: the pinned staging slabs kept for the
+            # next load are host memory the server has better uses for.
+            fastshard.release_staging()
         _summary(plan, stats, time.perf_counter() - started, self.config.cooperative)
 
     def load_model(
