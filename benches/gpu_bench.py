@@ -25,6 +25,7 @@ import json
 import shutil
 import sys
 import tempfile
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,6 +53,9 @@ def main() -> int:
     ap.add_argument("--cases", default="correctness,big,ceilings,small,slices,verify,encrypt,cold")
     ap.add_argument("--budget-seconds", type=float, default=480, help="skip what would start later")
     ap.add_argument(
+        "--slow-seconds", type=float, default=2.5, help="a load slower than this runs once"
+    )
+    ap.add_argument(
         "--smoke", action="store_true", help="a tiny run on the CPU: checks the script, no figures"
     )
     args = ap.parse_args()
@@ -70,15 +74,14 @@ def main() -> int:
     b.result["tmp"] = str(tmp)
     try:
         if "correctness" in cases:
-            b.result["correctness"] = gpu_check.correctness(tmp, b.device, 5)
-            ok = b.result["correctness"]["ok"]
-            b.rows.append(
-                (
-                    "correct",
-                    "every dtype, casts, slices, budgets",
-                    "PASS" if ok else f"FAIL {b.result['correctness']['checks']}",
-                )
-            )
+            try:
+                b.result["correctness"] = gpu_check.correctness(tmp, b.device, 5)
+                ok = b.result["correctness"]["ok"]
+                verdict = "PASS" if ok else f"FAIL {b.result['correctness']['checks']}"
+            except Exception:
+                b.result["correctness"] = {"ok": False, "error": traceback.format_exc()}
+                verdict = "ERROR " + traceback.format_exc(limit=-3)
+            b.rows.append(("correct", "every dtype, casts, slices, budgets", verdict))
             print("correctness:", json.dumps(b.result["correctness"], indent=1), flush=True)
             b.save()
         big = cases_.case_big(b, tmp)

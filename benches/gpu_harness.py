@@ -138,6 +138,7 @@ class Bench:
                     before()
                 dt, out = self.timed(fn)
                 rec["runs"].append(nbytes / dt / 1e9)
+                slow = dt > self.args.slow_seconds  # one run says enough
                 if k == 0:
                     rec["equal"] = None if check is None else bool(check(out))
                     if isinstance(out, fastshard.LoadStats):
@@ -145,6 +146,8 @@ class Bench:
                 del out
                 if self.cuda:
                     torch.cuda.empty_cache()
+                if slow:
+                    break
         except ImportError as e:
             rec["skipped"] = str(e)
         except Exception as e:  # a peer's failure is a row, not the end of the run

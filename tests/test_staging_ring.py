@@ -8,6 +8,7 @@ backpressure, ordering and what happens after an error."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -18,7 +19,7 @@ import torch
 from conftest import assert_bit_equal, random_tensor
 
 import fastshard
-from fastshard import _ring, _slabs
+from fastshard import _cuda, _ring, _slabs, _torch
 from fastshard._options import Budget
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -160,6 +161,71 @@ def test_an_error_midway_stops_the_load_after_everything_started_ended(
     assert copier.finished_with_in_flight == 0
     assert copier.in_flight == 0
     assert not any(t.name == "fastshard-stage" for t in threading.enumerate())
+
+
+def test_tensors_carved_from_one_block_are_copied_as_runs_empty_ones_included(
+    tmp_path: Path,
+) -> None:
+    # What a CUDA load_state_dict does with small tensors, on the CPU: new
+    # tensors carved from shared blocks (_torch.empty_on), copied out as
+    # plain bytes, one run over the padding between them per batch.
+    path, sd = fp32_file(tmp_path)
+    with fastshard.open(path) as f:
+        names = list(sd)
+        shapes = [tuple(sd[n].shape) for n in names]
+        specs = [(s, sd[n].dtype) for n, s in zip(names, shapes, strict=True)]
+        dests, carved = _torch.empty_on(torch.device("cpu"), specs)
+        assert carved[names.index("w0")] and not carved[names.index("big")]
+        for d in dests:
+            d.view(-1).view(torch.uint8).fill_(0xFF)
+        items = [
+            _ring.Item(f.index_of(n), None, s, d, c)
+            for n, s, d, c in zip(names, shapes, dests, carved, strict=True)
+        ]
+        where, _ = _ring.targets_of(items, [sd[n].dtype for n in names])
+        assert sum(w is not None and w[2] for w in where) >= 30, "small ones: padded targets"
+        assert where[names.index("empty")] is None
+        copier = CountingCopier(items, [sd[n].dtype for n in names])
+        stats = _ring.load(f.engine, items, copier=copier)
+    for n, d in zip(names, dests, strict=True):
+        assert_bit_equal(d, sd[n])
+    assert stats.bytes_staged == sum(t.numel() * t.element_size() for t in sd.values())
+    # 34 tensors, the 30 small float32 ones back to back in one block.
+    assert copier.byte_ops <= 8, copier.byte_ops
+
+
+class CountingCopier(_ring.CpuCopier):
+    def __init__(self, items: list[_ring.Item], dtypes: list[torch.dtype]) -> None:
+        where, targets = _ring.targets_of(items, dtypes)
+        super().__init__(_ring.Places(items, dtypes, targets))
+        self.byte_ops = 0
+
+    def copy(
+        self,
+        slab: torch.Tensor,
+        slot: int,
+        bytes_ops: list[_ring.ByteOp],
+        item_ops: list[_ring.ItemOp],
+    ) -> None:
+        self.byte_ops += len(bytes_ops)
+        super().copy(slab, slot, bytes_ops, item_ops)
+
+
+def test_copies_without_a_cast_are_byte_copies() -> None:
+    # A batched copy of floats may quiet signalling NaNs (CUDA's does):
+    # without a cast, both sides of every item copy are bytes.
+    dest = torch.empty(3, 5, dtype=torch.float16)
+    items = [_ring.Item(0, None, (3, 5), dest)]
+    places = _ring.Places(items, [torch.float16], [])
+    slab = torch.zeros(4096, dtype=torch.uint8)
+    whole = places.item_pair((0, 512, 0, 30, 1, 30, 30, True), slab)
+    part = places.item_pair((0, 512, 10, 12, 1, 12, 12, True), slab)
+    for d, s in (whole, part):
+        assert d.dtype == s.dtype == torch.uint8 and d.shape == s.shape
+    cast = _ring.Places(items, [torch.bfloat16], []).item_pair(
+        (0, 512, 0, 30, 1, 30, 30, True), slab
+    )
+    assert cast[0].dtype == torch.float16 and cast[1].dtype == torch.bfloat16
 
 
 def test_slabs_are_kept_pinned_between_loads_and_released_on_demand(tmp_path: Path) -> None:
@@ -392,3 +458,59 @@ def test_slabs_are_rust_owned_page_aligned_and_outlive_their_views() -> None:
     assert int(view.sum()) == 7 * (3 * 4096 + 5)
     mv = memoryview(_native.Slab(16))
     assert not mv.readonly and mv.format == "B" and mv.nbytes == 16
+
+
+class HostCudaCopier(_cuda.CudaCopier):
+    """The CUDA copier's own logic (bytes grouped by device, items placed
+    from a copy of the slab, temporaries for strided destinations) run on
+    the CPU: the device is the CPU, streams and events are stubs."""
+
+    def _on_device(self, device: torch.device) -> bool:
+        return True
+
+    def _stream(self, device: torch.device) -> torch.cuda.Stream:
+        self._used.add(device)
+        return None  # type: ignore[return-value]
+
+    def ticket(self) -> _ring.Ticket:  # type: ignore[override]
+        self._used.clear()
+        return _ring.Done()
+
+    def finish(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize("budget", [None, 16 * MiB])
+def test_the_cuda_copier_logic_places_every_dtype_bit_exact(
+    tmp_path: Path, budget: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    shapes = [(), (0, 3), (7,), (33, 65), (1024, 1031)]
+    sd: dict[str, torch.Tensor] = {}
+    for k, dtype in enumerate(
+        (torch.float16, torch.bfloat16, torch.float32, torch.int8, torch.bool)
+    ):
+        for i, shape in enumerate(shapes):
+            sd[f"{dtype}_{i}".replace("torch.", "")] = random_tensor(dtype, shape, seed=10 * k + i)
+    path = tmp_path / "d.tensors"
+    fastshard.save(sd, path)
+    names = list(sd)
+    dtypes = [sd[n].dtype for n in names]
+    with fastshard.open(path) as f:
+        dests = [torch.full_like(sd[n], 1) for n in names]
+        dests[names.index("float32_4")] = torch.zeros(1031, 1024).t()  # strided
+        items = [
+            _ring.Item(f.index_of(n), None, tuple(sd[n].shape), d)
+            for n, d in zip(names, dests, strict=True)
+        ]
+        where, targets = _ring.targets_of(items, dtypes)
+        # As on a GPU: lone small tensors go through their views.
+        big = [
+            w if it.dest.nbytes >= _ring.DIRECT_BYTES else None
+            for w, it in zip(where, items, strict=True)
+        ]
+        monkeypatch.setattr(_ring, "targets_of", lambda i, d: (big, targets))
+        copier = HostCudaCopier(_ring.Places(items, dtypes, targets), 8)
+        _ring.load(f.engine, items, budget, copier=copier)
+    for n, d in zip(names, dests, strict=True):
+        assert_bit_equal(d, sd[n])

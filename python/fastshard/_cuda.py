@@ -73,9 +73,8 @@ class CudaCopier:
     none per tensor. Casts run on the GPU. Destinations on the CPU are
     copied synchronously."""
 
-    def __init__(self, places: Places, depth: int, slab_bytes: int) -> None:
+    def __init__(self, places: Places, depth: int) -> None:
         self.places = places
-        self._slab_bytes = slab_bytes
         self._streams: dict[torch.device, torch.cuda.Stream] = {}
         self._used: set[torch.device] = set()
         # Per device, the device copy of each slab (allocated when first used).
@@ -93,24 +92,32 @@ class CudaCopier:
         self._used.add(device)
         return stream
 
-    def _device_slab(self, device: torch.device, slot: int) -> torch.Tensor:
+    def _on_device(self, device: torch.device) -> bool:
+        """Whether ``device`` is one this copier copies to asynchronously
+        (a test copier on the CPU says yes to the CPU)."""
+        return device.type == "cuda"
+
+    def _device_slab(self, device: torch.device, slot: int, nbytes: int) -> torch.Tensor:
         slots = self._staging.setdefault(device, [None] * self._depth)
         got = slots[slot]
         if got is None:
-            got = slots[slot] = torch.empty(self._slab_bytes, dtype=torch.uint8, device=device)
+            got = slots[slot] = torch.empty(nbytes, dtype=torch.uint8, device=device)
         return got
 
     def copy(
         self, slab: torch.Tensor, slot: int, bytes_ops: list[ByteOp], item_ops: list[ItemOp]
     ) -> None:
         with torch.no_grad():
-            for op in bytes_ops:
-                dst, src = self.places.bytes_pair(op, slab)
-                if dst.device.type != "cuda":
-                    dst.copy_(src)
+            for device, pairs in self._by_device(bytes_ops, slab).items():
+                if not self._on_device(device):
+                    for dst, src in pairs:
+                        dst.copy_(src)
                     continue
-                with torch.cuda.stream(self._stream(dst.device)):
-                    dst.copy_(src, non_blocking=True)
+                # One stream context a batch: entering one costs as much
+                # as the copy call it wraps.
+                with torch.cuda.stream(self._stream(device)):
+                    for dst, src in pairs:
+                        dst.copy_(src, non_blocking=True)
             by_device: dict[torch.device, list[ItemOp]] = {}
             for item_op in item_ops:
                 dest = self.places.items[item_op[0]].dest
@@ -118,10 +125,19 @@ class CudaCopier:
             for device, ops in by_device.items():
                 self._items(slab, slot, device, ops)
 
+    def _by_device(
+        self, ops: list[ByteOp], slab: torch.Tensor
+    ) -> dict[torch.device, list[tuple[torch.Tensor, torch.Tensor]]]:
+        out: dict[torch.device, list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        for op in ops:
+            dst, src = self.places.bytes_pair(op, slab)
+            out.setdefault(dst.device, []).append((dst, src))
+        return out
+
     def _items(
         self, slab: torch.Tensor, slot: int, device: torch.device, ops: list[ItemOp]
     ) -> None:
-        if device.type != "cuda":
+        if not self._on_device(device):
             pairs = [self.places.item_pair(op, slab) for op in ops]
             torch._foreach_copy_([d for d, _ in pairs], [s for _, s in pairs])
             for dest, temp in self.places.finals(ops):
@@ -130,7 +146,7 @@ class CudaCopier:
         lo = min(op[1] for op in ops)
         hi = max(op[1] + (op[4] - 1) * op[5] + op[3] for op in ops)
         with torch.cuda.stream(self._stream(device)):
-            staged = self._device_slab(device, slot)
+            staged = self._device_slab(device, slot, slab.numel())
             staged[lo:hi].copy_(slab[lo:hi], non_blocking=True)
             pairs = [self.places.item_pair(op, staged) for op in ops]
             torch._foreach_copy_([d for d, _ in pairs], [s for _, s in pairs])

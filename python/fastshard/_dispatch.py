@@ -32,7 +32,8 @@ class Job:
     there itself (contiguous CPU memory of the file's dtype that no other
     in-place destination overlaps) rather than through the staging ring;
     ``buffer``: the writable bytes of an in-place ``dest``, when its
-    allocation already made them (``_torch.empty_many``)."""
+    allocation already made them (``_torch.empty_many``); ``carved``: a
+    new tensor cut from a block of ours, whose gaps are padding."""
 
     index: int
     slice: tp.Slice | None
@@ -40,10 +41,11 @@ class Job:
     dest: torch.Tensor
     in_place: bool
     buffer: memoryview | None = None
+    carved: bool = False  # a view of a block of our own (``_torch.empty_on``)
 
     @property
     def item(self) -> _ring.Item:
-        return _ring.Item(self.index, self.slice, self.shape, self.dest)
+        return _ring.Item(self.index, self.slice, self.shape, self.dest, self.carved)
 
 
 def group_for(
@@ -98,7 +100,7 @@ def fresh(
     in_place = [direct and p[3] == infos[p[0]].dtype for p in planned]
     specs = [(p[2], p[3]) for p, ok in zip(planned, in_place, strict=True) if ok]
     tensors, views = _torch.empty_many(specs)
-    staged = _torch.empty_on(
+    staged, carved = _torch.empty_on(
         device, [(p[2], p[3]) for p, ok in zip(planned, in_place, strict=True) if not ok]
     )
     jobs: list[Job] = []
@@ -108,7 +110,7 @@ def fresh(
             jobs.append(Job(index, sl, shape, tensors[k], True, views[k]))
             k += 1
         else:
-            jobs.append(Job(index, sl, shape, staged[s], False))
+            jobs.append(Job(index, sl, shape, staged[s], False, carved=carved[s]))
             s += 1
     return jobs
 

@@ -115,7 +115,7 @@ class Engine:
         self,
         indices: Sequence[int],
         slices: Sequence[tp.Slice | None],
-        targets: Sequence[tuple[int, int] | None],
+        targets: Sequence[tuple[int, int, bool] | None],
         slabs: Sequence[_native.Slab],
         slab_bytes: int,
         max_host_bytes: int | None,

@@ -329,7 +329,7 @@ class Reader:
         self,
         indices: Sequence[int],
         slices: Sequence[tuple[int, Sequence[tuple[int, int]]] | None],
-        targets: Sequence[tuple[int, int] | None],
+        targets: Sequence[tuple[int, int, bool] | None],
         slabs: Sequence[Slab],
         slab_bytes: int,
         *,
@@ -345,10 +345,12 @@ class Reader:
         in ``load``; slices of an encrypted file too) into ``slabs``: at
         least two ``Slab``s (any writable buffers) of ``slab_bytes`` or more (at least 2
         MiB, a multiple of 512), kept exported until the staging closes.
-        ``targets[i]``: ``(target, base)`` when item ``i`` is copied out as
-        plain bytes into target ``target`` from byte ``base`` (contiguous
-        memory of the file's dtype; items may share a target), None when
-        it is copied through its own view. Options as in ``load``;
+        ``targets[i]``: ``(target, base, padded)`` when item ``i`` is
+        copied out as plain bytes into target ``target`` from byte ``base``
+        (contiguous memory of the file's dtype; items may share a target;
+        ``padded``: the target's bytes between its items are padding a
+        copy may run over, as where they were carved at 512 bytes), None
+        when it is copied through its own view. Options as in ``load``;
         ``max_host_bytes`` bounds the record headers and gap scratch
         beside the slabs. Refuses what ``load`` refuses, before reading."""
 

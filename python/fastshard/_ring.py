@@ -32,6 +32,7 @@ MiB = 1 << 20
 RING_BYTES = 256 * MiB  # the slabs' bytes when no max_host_bytes is given
 CUDA_RING_BYTES = 512 * MiB  # the same into a GPU: reads run further ahead
 MAX_SLAB = 64 * MiB  # one H2D copy of 64 MiB runs at 93% of the link's peak
+MIN_SLAB = 4 * MiB  # unless the budget allows no more
 DEPTH = 8  # slabs: reads fill the rest while one or two are copied out
 # A lone CUDA destination smaller than this is placed by the batched copy
 # from device staging (one kernel a batch) rather than a copy call of its own.
@@ -47,6 +48,9 @@ class Item:
     slice: tp.Slice | None
     shape: tuple[int, ...]
     dest: torch.Tensor
+    # ``dest`` was cut from a block of ours at the slabs' alignment: the
+    # block's bytes around it are padding a copy may run over.
+    carved: bool = False
 
 
 ByteOp = tuple[int, int, int, int]  # target, src, dst, len
@@ -92,6 +96,7 @@ class Places:
         self.dtypes = dtypes
         self.targets = targets
         self._flat: dict[int, torch.Tensor] = {}
+        self._typed: dict[tuple[int, torch.dtype], torch.Tensor] = {}
 
     def bytes_pair(self, op: ByteOp, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         target, s, d, n = op
@@ -99,9 +104,18 @@ class Places:
 
     def item_pair(self, op: ItemOp, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         k, s, d, width, height, sp, dp, _ = op
-        dtype = self.dtypes[k]
+        dest = self.items[k].dest
+        # Without a cast the bytes are copied as bytes: a copy of floats
+        # may quiet a signalling NaN (CUDA's batched copy does), and a
+        # loader must give back every bit it read.
+        dtype = self.dtypes[k] if dest.dtype != self.dtypes[k] else torch.uint8
         size = dtype.itemsize
-        flat = self.flat(k)
+        if height == 1 and d == 0 and dest.is_contiguous() and width == dest.nbytes:
+            # A whole item in one op (most small tensors): its destination,
+            # and one view of the slab; no slicing.
+            out = dest if dtype != torch.uint8 else self.as_bytes(dest)
+            return out, self.typed(src, dtype).as_strided(out.shape, out.stride(), s // size)
+        flat = self.flat(k, dtype == torch.uint8)
         if height == 1:
             return flat[d // size : (d + width) // size], src[s : s + width].view(dtype)
         rows = src.as_strided((height, width), (sp, 1), src.storage_offset() + s).view(dtype)
@@ -110,8 +124,23 @@ class Places:
         )
         return out, rows
 
-    def flat(self, k: int) -> torch.Tensor:
-        """Item ``k``'s destination, or its temporary, as one dimension."""
+    def typed(self, src: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """``src`` (a whole slab or its device copy, uint8) as ``dtype``."""
+        key = (src.data_ptr(), dtype)
+        got = self._typed.get(key)
+        if got is None:
+            got = self._typed[key] = src.view(dtype)
+        return got
+
+    @staticmethod
+    def as_bytes(t: torch.Tensor) -> torch.Tensor:
+        """A contiguous tensor's bytes, in its shape (the last dim widened)."""
+        t = t.detach()
+        return (t if t.dim() else t.reshape(1)).view(torch.uint8)
+
+    def flat(self, k: int, as_bytes: bool) -> torch.Tensor:
+        """Item ``k``'s destination, or its temporary, as one dimension of
+        its dtype or of bytes."""
         got = self._flat.get(k)
         if got is None:
             dest = self.items[k].dest
@@ -121,7 +150,7 @@ class Places:
                 else torch.empty(dest.shape, dtype=dest.dtype, device=dest.device)
             )
             got = self._flat[k] = base.detach().reshape(-1)
-        return got
+        return self.as_bytes(got) if as_bytes else got
 
     def finals(self, ops: list[ItemOp]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """``(destination, temporary)`` of each non-contiguous item whose
@@ -186,8 +215,10 @@ def size(budget: Budget, total: int, cuda: bool, unit: int) -> Sizing:
             f"least {4 * least}"
         )
     slab = min(MAX_SLAB, _pow2_at_most(max(least, ring // DEPTH)))
-    small = 1 << max(0, (-(-total // DEPTH) - 1).bit_length())
-    slab = max(least, min(slab, small))
+    # A small load gets smaller slabs, but not so small that its batches
+    # (a Python iteration each) outnumber its tensors' worth of work.
+    small = max(MIN_SLAB, 1 << max(0, (-(-total // DEPTH) - 1).bit_length()))
+    slab = max(least, min(slab, small, _pow2_at_most(ring // 2)))
     batches = max(1, -(-total // slab))
     depth = max(2, min(DEPTH, ring // slab, batches + 1))
     return Sizing(depth, slab)
@@ -195,32 +226,45 @@ def size(budget: Budget, total: int, cuda: bool, unit: int) -> Sizing:
 
 def targets_of(
     items: Sequence[Item], dtypes: Sequence[torch.dtype]
-) -> tuple[list[tuple[int, int] | None], list[torch.Tensor]]:
-    """Each item's byte target ``(id, base)`` or None (copied through its
-    view), and the targets: uint8 views of whole storages, so that items
-    sharing one (views of one block) are copied as runs."""
-    found: dict[tuple[torch.device, int], int] = {}
-    shared: dict[tuple[torch.device, int], int] = {}
-    for it in items:
-        key = (it.dest.device, it.dest.untyped_storage().data_ptr())
-        shared[key] = shared.get(key, 0) + 1
-    out: list[tuple[int, int] | None] = []
-    targets: list[torch.Tensor] = []
+) -> tuple[list[tuple[int, int, bool] | None], list[torch.Tensor]]:
+    """Each item's byte target ``(id, base, padded)`` or None (copied
+    through its view), and the targets: uint8 views of whole storages, so
+    that items sharing one (views of one block) are copied as runs, over
+    the gaps between them where every item in it was carved (``padded``).
+    A lone small device tensor goes through its view: the batch's one
+    placing kernel beats a copy call of its own."""
+    Key = tuple[torch.device, int]
+    keys: list[Key | None] = []
+    shared: dict[Key, int] = {}
+    padded: dict[Key, bool] = {}
     for it, dtype in zip(items, dtypes, strict=True):
         dest = it.dest
-        storage = dest.untyped_storage()
-        key = (dest.device, storage.data_ptr())
-        plain = dest.dtype == dtype and dest.is_contiguous() and not dest.is_meta
-        big = dest.device.type == "cpu" or _torch.nbytes(it.shape, dtype) >= DIRECT_BYTES
-        if not plain or not (big or shared[key] > 1):
+        # An empty tensor has no address (torch gives 0) and nothing to copy.
+        if dest.dtype != dtype or dest.numel() == 0 or not dest.is_contiguous():
+            keys.append(None)
+            continue
+        small = dest.nbytes < DIRECT_BYTES and dest.device.type != "cpu"
+        if small and dest._base is None:
+            keys.append(None)  # not a view of a block: alone in its storage
+            continue
+        key = (dest.device, dest.untyped_storage().data_ptr())
+        keys.append(key)
+        shared[key] = shared.get(key, 0) + 1
+        padded[key] = padded.get(key, True) and it.carved
+    out: list[tuple[int, int, bool] | None] = []
+    targets: list[torch.Tensor] = []
+    found: dict[Key, int] = {}
+    for it, k in zip(items, keys, strict=True):
+        small = it.dest.device.type != "cpu" and it.dest.nbytes < DIRECT_BYTES
+        if k is None or (small and shared[k] == 1):
             out.append(None)
             continue
-        tid = found.get(key)
+        tid = found.get(k)
         if tid is None:
-            tid = found[key] = len(targets)
-            view = torch.empty(0, dtype=torch.uint8, device=dest.device)
-            targets.append(view.set_(storage))
-        out.append((tid, dest.data_ptr() - storage.data_ptr()))
+            tid = found[k] = len(targets)
+            view = torch.empty(0, dtype=torch.uint8, device=it.dest.device)
+            targets.append(view.set_(it.dest.untyped_storage()))
+        out.append((tid, it.dest.data_ptr() - k[1], padded[k]))
     return out, targets
 
 
@@ -238,14 +282,15 @@ def load(
         budget = Budget(budget)
     dtypes = [source.info_at(it.index).dtype for it in items]
     total = sum(_torch.nbytes(it.shape, d) for it, d in zip(items, dtypes, strict=True))
+    # Each piece starts at an aligned offset in its slab: many tiny tensors
+    # take more slab than their bytes.
+    padded = total + len(items) * (_torch.STAGED_ALIGN - 1)
     cuda = any(it.dest.device.type == "cuda" for it in items)
-    sizing = size(budget, total, cuda, source.stage_unit)
+    sizing = size(budget, padded, cuda, source.stage_unit)
     where, targets = targets_of(items, dtypes)
     places = Places(items, dtypes, targets)
     if copier is None:
-        copier = (
-            _cuda.CudaCopier(places, sizing.depth, sizing.slab_bytes) if cuda else CpuCopier(places)
-        )
+        copier = _cuda.CudaCopier(places, sizing.depth) if cuda else CpuCopier(places)
     slabs = _slabs.take(sizing.depth, sizing.slab_bytes, pin=cuda)
     try:
         fill_budget = budget.beside_slabs(sizing.depth * sizing.slab_bytes)

@@ -144,12 +144,14 @@ STAGED_ALIGN = 512
 
 def empty_on(
     device: torch.device, specs: Sequence[tuple[Sequence[int], torch.dtype]]
-) -> list[torch.Tensor]:
+) -> tuple[list[torch.Tensor], list[bool]]:
     """New contiguous tensors of ``specs`` (shape, dtype) on ``device``:
     small ones views of shared blocks of their dtype, in order, at
     ``STAGED_ALIGN`` (one allocation a block instead of one a tensor), the
-    rest their own."""
+    rest their own; and which were carved (their block's bytes between
+    them are padding nobody reads)."""
     out: list[torch.Tensor] = [_NO_TENSOR] * len(specs)
+    carved = [False] * len(specs)
     pending: dict[torch.dtype, list[tuple[int, tuple[int, ...], int]]] = {}
     fill: dict[torch.dtype, int] = {}
 
@@ -162,6 +164,7 @@ def empty_on(
         )
         for slot, dims, offset in items:
             out[slot] = block.as_strided(dims, _contiguous_strides(dims), offset // dtype.itemsize)
+            carved[slot] = True
 
     for slot, (shape, dtype) in enumerate(specs):
         dims = tuple(shape)
@@ -177,7 +180,7 @@ def empty_on(
         fill[dtype] = -(-(at + size) // STAGED_ALIGN) * STAGED_ALIGN
     for dtype in list(pending):
         carve(dtype)
-    return out
+    return out, carved
 
 
 def _contiguous_strides(dims: tuple[int, ...]) -> tuple[int, ...]:

@@ -158,7 +158,7 @@ class TensorSource(Protocol):
         self,
         indices: Sequence[int],
         slices: Sequence[Slice | None],
-        targets: Sequence[tuple[int, int] | None],
+        targets: Sequence[tuple[int, int, bool] | None],
         slabs: Sequence[_native.Slab],
         slab_bytes: int,
         max_host_bytes: int | None,

@@ -166,7 +166,7 @@ class TensorFile:
         self,
         indices: Sequence[int],
         slices: Sequence[tp.Slice | None],
-        targets: Sequence[tuple[int, int] | None],
+        targets: Sequence[tuple[int, int, bool] | None],
         slabs: Sequence[_native.Slab],
         slab_bytes: int,
         max_host_bytes: int | None,

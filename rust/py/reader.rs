@@ -215,7 +215,7 @@ impl Reader {
         &self,
         indices: Vec<usize>,
         slices: Vec<PySlice>,
-        targets: Vec<Option<(u32, u64)>>,
+        targets: Vec<Option<(u32, u64, bool)>>,
         slabs: Vec<Bound<'py, PyAny>>,
         slab_bytes: u64,
         verify_hash: bool,
@@ -254,7 +254,7 @@ impl Reader {
                 index,
                 slice,
                 target: match target {
-                    Some((id, base)) => Target::Bytes { id, base },
+                    Some((id, base, padded)) => Target::Bytes { id, base, padded },
                     None => Target::Item,
                 },
             })

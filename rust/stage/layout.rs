@@ -50,10 +50,12 @@ pub struct Run {
 /// How the copy side writes an item: as plain bytes into a target the
 /// caller numbered (contiguous memory of the file's dtype; several items
 /// may share one, at distinct `base`s), or through the item's own view
-/// (a cast, a non-contiguous destination).
+/// (a cast, a non-contiguous destination). `padded`: the target's bytes
+/// between its items are alignment padding nobody reads (a block the
+/// caller carved them from at [`ALIGN`]), so one copy may cover them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
-    Bytes { id: u32, base: u64 },
+    Bytes { id: u32, base: u64, padded: bool },
     Item,
 }
 
@@ -281,9 +283,9 @@ pub fn ops(layout: &Layout, items: &[ItemSpec]) -> Vec<BatchOps> {
             let item = &items[piece.item];
             let runs = piece_runs(piece, item);
             match item.target {
-                Target::Bytes { id, base } => {
+                Target::Bytes { id, base, padded } => {
                     for (src, dst, len) in runs {
-                        push_bytes(&mut ops.bytes, id, src, base + dst, len);
+                        push_bytes(&mut ops.bytes, id, padded, src, base + dst, len);
                     }
                 }
                 Target::Item => {
@@ -328,10 +330,16 @@ fn piece_runs(piece: &Piece, item: &ItemSpec) -> Vec<(u64, u64, u64)> {
         .collect()
 }
 
-fn push_bytes(ops: &mut Vec<ByteOp>, target: u32, src: u64, dst: u64, len: u64) {
+/// Appends a byte copy, or extends the last one when this one continues
+/// it in both the slab and the target: right after it, or, in a padded
+/// target, after the same gap (under [`ALIGN`]) in both.
+fn push_bytes(ops: &mut Vec<ByteOp>, target: u32, padded: bool, src: u64, dst: u64, len: u64) {
     if let Some(op) = ops.last_mut() {
-        if op.target == target && op.src + op.len == src && op.dst + op.len == dst {
-            op.len += len;
+        let (src_end, dst_end) = (op.src + op.len, op.dst + op.len);
+        let gap = src.wrapping_sub(src_end);
+        let follows = src >= src_end && dst >= dst_end && dst - dst_end == gap;
+        if op.target == target && follows && (gap == 0 || (padded && gap < ALIGN)) {
+            op.len += gap + len;
             return;
         }
     }

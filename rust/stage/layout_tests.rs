@@ -65,7 +65,11 @@ fn reads_land_each_piece_and_the_header_once() {
 
 #[test]
 fn byte_copies_merge_where_slab_and_target_continue_each_other() {
-    let t = |base| Target::Bytes { id: 7, base };
+    let t = |base| Target::Bytes {
+        id: 7,
+        base,
+        padded: false,
+    };
     // Packed back to back at aligned offsets in both: one copy.
     let items = vec![
         whole(0, 0, 512, t(0)),
@@ -91,6 +95,45 @@ fn byte_copies_merge_where_slab_and_target_continue_each_other() {
             },
         ]
     );
+}
+
+#[test]
+fn copies_into_a_padded_target_run_over_the_alignment_gaps() {
+    // Carved at ALIGN in both the slab and the block: 100 bytes, a gap of
+    // 412, 300 bytes. Padded: one copy over the gap; otherwise two.
+    for padded in [true, false] {
+        let t = |base| Target::Bytes {
+            id: 1,
+            base,
+            padded,
+        };
+        let items = vec![whole(0, 0, 100, t(0)), whole(1, 1000, 300, t(512))];
+        let l = layout(&items, 4 * MIB, CHUNK).unwrap();
+        let o = ops(&l, &items);
+        let want = match padded {
+            true => vec![ByteOp {
+                target: 1,
+                src: 0,
+                dst: 0,
+                len: 812,
+            }],
+            false => vec![
+                ByteOp {
+                    target: 1,
+                    src: 0,
+                    dst: 0,
+                    len: 100,
+                },
+                ByteOp {
+                    target: 1,
+                    src: 512,
+                    dst: 512,
+                    len: 300,
+                },
+            ],
+        };
+        assert_eq!(o[0].bytes, want);
+    }
 }
 
 #[test]
@@ -136,7 +179,8 @@ fn runs_of_one_width_at_constant_strides_are_one_strided_copy() {
 fn replay(items: &[ItemSpec], l: &Layout, file: &[u8], loaded_len: &[u64]) -> Vec<Vec<u8>> {
     let o = ops(l, items);
     let mut out: Vec<Vec<u8>> = loaded_len.iter().map(|&n| vec![0xEE; n as usize]).collect();
-    let mut target = vec![0xEEu8; loaded_len.iter().sum::<u64>() as usize];
+    let room: u64 = loaded_len.iter().map(|n| n.div_ceil(ALIGN) * ALIGN).sum();
+    let mut target = vec![0xEEu8; room as usize];
     let w = wants(l, items);
     for (b, batch) in l.batches.iter().enumerate() {
         let mut slab = vec![0u8; l.slab_bytes as usize];
@@ -183,6 +227,7 @@ proptest! {
         slab_chunks in 2u64..5,
         encrypted in any::<bool>(),
         bytes_target in proptest::collection::vec(any::<bool>(), 8),
+        padded in any::<bool>(),
         rows in 1u64..5,
     ) {
         let unit = if encrypted { CHUNK } else { UNIT };
@@ -192,13 +237,14 @@ proptest! {
         let (mut file_at, mut base) = (0u64, 0u64);
         for (k, &n) in sizes.iter().enumerate() {
             let target = match bytes_target[k] {
-                true => Target::Bytes { id: 0, base },
+                true => Target::Bytes { id: 0, base, padded },
                 false => Target::Item,
             };
             items.push(whole(k as u32, file_at, n, target));
             loaded_len.push(n);
             file_at += 100 + n + 7;
-            base += n;
+            // A padded target is carved as the slab is packed: at ALIGN.
+            base += if padded { n.div_ceil(ALIGN) * ALIGN } else { n };
         }
         let file: Vec<u8> = (0..file_at).map(|i| (i * 31 % 251) as u8).collect();
         let l = layout(&items, slab, unit).unwrap();

@@ -28,6 +28,7 @@ PRESETS = {
     "network-model": ("netmodel", "the throughput model for a real network (no loads)"),
     "ready": ("ready", "vllm serve to its first completion, fastshard vs vLLM's loaders"),
     "staging": ("staging", "what the CUDA staging ring costs on the CPU"),
+    "cast": ("cast", "casts on the CPU through the staging engine vs safetensors + cast"),
     "safetensors": ("safetensors", "a .safetensors file and an HF repo: Run:ai, load_file"),
 }
 EXIT_MISSING = 2
