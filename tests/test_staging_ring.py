@@ -8,116 +8,17 @@ backpressure, ordering and what happens after an error."""
 
 from __future__ import annotations
 
-import contextlib
-import queue
 import threading
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import assert_bit_equal, random_tensor
+from staging_helpers import KiB, LateCopier, MiB, fp32_file, half_items, late_load, many_file
 
 import fastshard
-from fastshard import _cuda, _ring, _slabs, _torch
+from fastshard import _ring, _slabs
 from fastshard._options import Budget
-
-KiB, MiB = 1 << 10, 1 << 20
-Job = tuple[torch.Tensor, int, list[_ring.ByteOp], list[_ring.ItemOp]]
-
-
-class LateTicket:
-    def __init__(self, event: threading.Event) -> None:
-        self.event = event
-
-    def done(self) -> bool:
-        return self.event.is_set()
-
-    def wait(self) -> None:
-        self.event.wait()
-
-
-class LateCopier:
-    """A CPU copier whose copies run ``delay`` seconds after the batch's
-    ticket is taken, in order on a thread of their own, like a GPU stream
-    still busy with earlier copies."""
-
-    def __init__(self, delay: float, fail_at: int | None = None) -> None:
-        self.delay = delay
-        self.fail_at = fail_at
-        self.inner: _ring.CpuCopier | None = None
-        self.queued: list[Job] = []
-        self.lock = threading.Lock()
-        self.in_flight = 0
-        self.tickets = 0
-        self.most_in_flight = 0
-        self.finished_with_in_flight: int | None = None
-        self.stream: queue.Queue[tuple[list[Job], threading.Event]] = queue.Queue()
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        while True:
-            jobs, event = self.stream.get()
-            time.sleep(self.delay)
-            assert self.inner is not None
-            for job in jobs:
-                self.inner.copy(*job)
-            with self.lock:
-                self.in_flight -= 1
-            event.set()
-
-    def copy(
-        self,
-        slab: torch.Tensor,
-        slot: int,
-        bytes_ops: list[_ring.ByteOp],
-        item_ops: list[_ring.ItemOp],
-    ) -> None:
-        if self.fail_at is not None and self.tickets == self.fail_at:
-            raise RuntimeError("copy failed")
-        self.queued.append((slab, slot, bytes_ops, item_ops))
-
-    def ticket(self) -> LateTicket:
-        jobs, self.queued = self.queued, []
-        event = threading.Event()
-        self.tickets += 1
-        with self.lock:
-            self.in_flight += 1
-            self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        self.stream.put((jobs, event))
-        return LateTicket(event)
-
-    def finish(self) -> None:
-        with self.lock:
-            self.finished_with_in_flight = self.in_flight
-
-
-def late_load(
-    f: fastshard.TensorFile, items: list[_ring.Item], budget: int, copier: LateCopier
-) -> fastshard.LoadStats:
-    """``_ring.load`` with the late copier around the real CPU one."""
-    dtypes = [f.engine.info_at(it.index).dtype for it in items]
-    where, targets = _ring.targets_of(items, dtypes)
-    copier.inner = _ring.CpuCopier(_ring.Places(items, dtypes, targets))
-    return _ring.load(f.engine, items, budget, copier=copier)
-
-
-def many_file(tmp_path: Path, count: int) -> tuple[Path, dict[str, torch.Tensor]]:
-    torch.manual_seed(5)
-    sd = {f"w{i}": torch.randn(64, 256) for i in range(count)}  # 64 KiB each
-    path = tmp_path / "many.tensors"
-    fastshard.save(sd, path)
-    return path, sd
-
-
-def half_items(f: fastshard.TensorFile, sd: dict[str, torch.Tensor]) -> list[_ring.Item]:
-    """Every tensor cast to float16 on the way: all of them staged."""
-    return [
-        _ring.Item(
-            f.index_of(n), None, tuple(t.shape), torch.full(t.shape, -1.0, dtype=torch.float16)
-        )
-        for n, t in sd.items()
-    ]
 
 
 def test_a_slab_is_refilled_only_after_its_copy_completed(tmp_path: Path) -> None:
@@ -163,71 +64,6 @@ def test_an_error_midway_stops_the_load_after_everything_started_ended(
     assert not any(t.name == "fastshard-stage" for t in threading.enumerate())
 
 
-def test_tensors_carved_from_one_block_are_copied_as_runs_empty_ones_included(
-    tmp_path: Path,
-) -> None:
-    # What a CUDA load_state_dict does with small tensors, on the CPU: new
-    # tensors carved from shared blocks (_torch.empty_on), copied out as
-    # plain bytes, one run over the padding between them per batch.
-    path, sd = fp32_file(tmp_path)
-    with fastshard.open(path) as f:
-        names = list(sd)
-        shapes = [tuple(sd[n].shape) for n in names]
-        specs = [(s, sd[n].dtype) for n, s in zip(names, shapes, strict=True)]
-        dests, carved = _torch.empty_on(torch.device("cpu"), specs)
-        assert carved[names.index("w0")] and not carved[names.index("big")]
-        for d in dests:
-            d.view(-1).view(torch.uint8).fill_(0xFF)
-        items = [
-            _ring.Item(f.index_of(n), None, s, d, c)
-            for n, s, d, c in zip(names, shapes, dests, carved, strict=True)
-        ]
-        where, _ = _ring.targets_of(items, [sd[n].dtype for n in names])
-        assert sum(w is not None and w[2] for w in where) >= 30, "small ones: padded targets"
-        assert where[names.index("empty")] is None
-        copier = CountingCopier(items, [sd[n].dtype for n in names])
-        stats = _ring.load(f.engine, items, copier=copier)
-    for n, d in zip(names, dests, strict=True):
-        assert_bit_equal(d, sd[n])
-    assert stats.bytes_staged == sum(t.numel() * t.element_size() for t in sd.values())
-    # 34 tensors, the 30 small float32 ones back to back in one block.
-    assert copier.byte_ops <= 8, copier.byte_ops
-
-
-class CountingCopier(_ring.CpuCopier):
-    def __init__(self, items: list[_ring.Item], dtypes: list[torch.dtype]) -> None:
-        where, targets = _ring.targets_of(items, dtypes)
-        super().__init__(_ring.Places(items, dtypes, targets))
-        self.byte_ops = 0
-
-    def copy(
-        self,
-        slab: torch.Tensor,
-        slot: int,
-        bytes_ops: list[_ring.ByteOp],
-        item_ops: list[_ring.ItemOp],
-    ) -> None:
-        self.byte_ops += len(bytes_ops)
-        super().copy(slab, slot, bytes_ops, item_ops)
-
-
-def test_copies_without_a_cast_are_byte_copies() -> None:
-    # A batched copy of floats may quiet signalling NaNs (CUDA's does):
-    # without a cast, both sides of every item copy are bytes.
-    dest = torch.empty(3, 5, dtype=torch.float16)
-    items = [_ring.Item(0, None, (3, 5), dest)]
-    places = _ring.Places(items, [torch.float16], [])
-    slab = torch.zeros(4096, dtype=torch.uint8)
-    whole = places.item_pair((0, 512, 0, 30, 1, 30, 30, True), slab)
-    part = places.item_pair((0, 512, 10, 12, 1, 12, 12, True), slab)
-    for d, s in (whole, part):
-        assert d.dtype == s.dtype == torch.uint8 and d.shape == s.shape
-    cast = _ring.Places(items, [torch.bfloat16], []).item_pair(
-        (0, 512, 0, 30, 1, 30, 30, True), slab
-    )
-    assert cast[0].dtype == torch.float16 and cast[1].dtype == torch.bfloat16
-
-
 def test_slabs_are_kept_pinned_between_loads_and_released_on_demand(tmp_path: Path) -> None:
     path, sd = many_file(tmp_path, 8)
     _slabs.release()
@@ -259,19 +95,6 @@ def test_sizing_stays_inside_the_budget_and_refuses_what_cannot_fit() -> None:
     assert s.slab_bytes == _ring.MAX_SLAB and s.depth == _ring.DEPTH
 
 
-def fp32_file(tmp_path: Path) -> tuple[Path, dict[str, torch.Tensor]]:
-    sd = {
-        "big": torch.randn(1024, 512),  # 2 MiB: split into row blocks
-        **{f"w{i}": torch.randn(64, 33) for i in range(30)},
-        "scalar": torch.tensor(3.5),
-        "empty": torch.zeros(0, 4),
-        "ids": torch.arange(100, dtype=torch.int64),
-    }
-    path = tmp_path / "fp32.tensors"
-    fastshard.save(sd, path)
-    return path, sd
-
-
 def test_the_ring_loads_real_files_with_late_copies(tmp_path: Path) -> None:
     path, sd = fp32_file(tmp_path)
     with fastshard.open(path) as f:
@@ -288,64 +111,6 @@ def test_the_ring_loads_real_files_with_late_copies(tmp_path: Path) -> None:
     assert 0 < stats.peak_host_bytes <= 1 * MiB
     assert copier.tickets > 4  # the 2 MiB tensor alone needs several slabs
     assert copier.finished_with_in_flight == 0
-
-
-def test_slices_along_every_dim_are_staged_with_a_cast_and_strided_destinations(
-    tmp_path: Path,
-) -> None:
-    path, sd = fp32_file(tmp_path)
-    big = sd["big"]
-    cases = [
-        (0, [(100, 300)], big[100:400]),
-        (0, [(1000, 24), (0, 8)], torch.cat([big[1000:], big[:8]])),
-        (1, [(128, 256)], big[:, 128:384]),
-        (1, [(500, 12), (3, 5)], torch.cat([big[:, 500:], big[:, 3:8]], dim=1)),
-    ]
-    with fastshard.open(path) as f:
-        for dim, ranges, want in cases:
-            for transposed in [False, True]:
-                shape = tuple(want.shape)
-                dest = torch.full(shape, -1.0, dtype=torch.bfloat16)
-                if transposed:  # a non-contiguous destination
-                    dest = torch.full(shape[::-1], -1.0, dtype=torch.bfloat16).t()
-                item = _ring.Item(f.index_of("big"), (dim, ranges), shape, dest)
-                late_load(f, [item], 1 * MiB, LateCopier(delay=0.001))
-                assert_bit_equal(dest, want.to(torch.bfloat16))
-
-
-def test_an_encrypted_tensor_larger_than_a_slab_loads_with_a_cast_and_as_slices(
-    tmp_path: Path,
-) -> None:
-    # The failing case of the GPU engine's issue, at a size for CI: a
-    # tensor of 6 MiB through 4 MiB slabs (max_host_bytes 16 MiB).
-    key = fastshard.EncryptionKey.from_bytes(bytes(range(32)))
-    torch.manual_seed(9)
-    big = torch.randn(1024, 3072).to(torch.bfloat16)
-    path = tmp_path / "enc.tensors"
-    fastshard.save({"big": big, "small": big[:3, :5].clone()}, path, encryption=key)
-    out = fastshard.load_state_dict(
-        path, encryption=key, dtype=torch.float32, max_host_bytes=16 * MiB
-    )
-    assert_bit_equal(out["big"], big.float())
-    assert_bit_equal(out["small"], big[:3, :5].float())
-    with fastshard.open(path, encryption=key, max_host_bytes=16 * MiB) as f:
-        rows = f.load_state_dict(
-            names=["big"], rank=1, world_size=4, shard_specs={"big": 0}, dtype=torch.float32
-        )
-    assert_bit_equal(rows["big"], big[256:512].float())
-    model = torch.nn.Module()
-    model.big = torch.nn.Parameter(torch.zeros(1024, 1536, dtype=torch.float16))
-    fastshard.load(
-        model,
-        path,
-        encryption=key,
-        strict=False,
-        shard_specs={"big": 1},
-        rank=1,
-        world_size=2,
-        max_host_bytes=16 * MiB,
-    )
-    assert_bit_equal(model.big.data, big[:, 1536:].to(torch.float16))
 
 
 class Net(torch.nn.Module):
@@ -458,59 +223,3 @@ def test_slabs_are_rust_owned_page_aligned_and_outlive_their_views() -> None:
     assert int(view.sum()) == 7 * (3 * 4096 + 5)
     mv = memoryview(_native.Slab(16))
     assert not mv.readonly and mv.format == "B" and mv.nbytes == 16
-
-
-class HostCudaCopier(_cuda.CudaCopier):
-    """The CUDA copier's own logic (bytes grouped by device, items placed
-    from a copy of the slab, temporaries for strided destinations) run on
-    the CPU: the device is the CPU, streams and events are stubs."""
-
-    def _on_device(self, device: torch.device) -> bool:
-        return True
-
-    def _stream(self, device: torch.device) -> torch.cuda.Stream:
-        self._used.add(device)
-        return None  # type: ignore[return-value]
-
-    def ticket(self) -> _ring.Ticket:  # type: ignore[override]
-        self._used.clear()
-        return _ring.Done()
-
-    def finish(self) -> None:
-        return None
-
-
-@pytest.mark.parametrize("budget", [None, 16 * MiB])
-def test_the_cuda_copier_logic_places_every_dtype_bit_exact(
-    tmp_path: Path, budget: int | None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
-    shapes = [(), (0, 3), (7,), (33, 65), (1024, 1031)]
-    sd: dict[str, torch.Tensor] = {}
-    for k, dtype in enumerate(
-        (torch.float16, torch.bfloat16, torch.float32, torch.int8, torch.bool)
-    ):
-        for i, shape in enumerate(shapes):
-            sd[f"{dtype}_{i}".replace("torch.", "")] = random_tensor(dtype, shape, seed=10 * k + i)
-    path = tmp_path / "d.tensors"
-    fastshard.save(sd, path)
-    names = list(sd)
-    dtypes = [sd[n].dtype for n in names]
-    with fastshard.open(path) as f:
-        dests = [torch.full_like(sd[n], 1) for n in names]
-        dests[names.index("float32_4")] = torch.zeros(1031, 1024).t()  # strided
-        items = [
-            _ring.Item(f.index_of(n), None, tuple(sd[n].shape), d)
-            for n, d in zip(names, dests, strict=True)
-        ]
-        where, targets = _ring.targets_of(items, dtypes)
-        # As on a GPU: lone small tensors go through their views.
-        big = [
-            w if it.dest.nbytes >= _ring.DIRECT_BYTES else None
-            for w, it in zip(where, items, strict=True)
-        ]
-        monkeypatch.setattr(_ring, "targets_of", lambda i, d: (big, targets))
-        copier = HostCudaCopier(_ring.Places(items, dtypes, targets), 8)
-        _ring.load(f.engine, items, budget, copier=copier)
-    for n, d in zip(names, dests, strict=True):
-        assert_bit_equal(d, sd[n])

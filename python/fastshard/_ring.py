@@ -108,9 +108,11 @@ class Places:
         # Without a cast the bytes are copied as bytes: a copy of floats
         # may quiet a signalling NaN (CUDA's batched copy does), and a
         # loader must give back every bit it read.
-        dtype = self.dtypes[k] if dest.dtype != self.dtypes[k] else torch.uint8
+        stored = self.dtypes[k]
+        dtype = stored if dest.dtype != stored else torch.uint8
         size = dtype.itemsize
-        if height == 1 and d == 0 and dest.is_contiguous() and width == dest.nbytes:
+        whole = width == dest.numel() * stored.itemsize  # in the file's bytes
+        if height == 1 and d == 0 and whole and dest.is_contiguous():
             # A whole item in one op (most small tensors): its destination,
             # and one view of the slab; no slicing.
             out = dest if dtype != torch.uint8 else self.as_bytes(dest)

@@ -7,24 +7,19 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::check::{Checks, DataRegions, SharedRegions};
+use super::reads::{check_threads, load_stats, staging_budget};
 use super::regions::{destinations, zero_regions};
 use super::{LoadOptions, LoadStats, TensorFile};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::{execute, overlap, requests_for, runtime, ExecOptions, ExecStats, Items};
-use crate::io::PartSource;
-use crate::plan::{
-    plan_reads, selection_wants, sliced_shape, PlanOptions, ReadPlan, Slot, TensorSlice, Want,
-};
+use crate::exec::{execute, overlap, runtime, ExecOptions, ExecStats, Items};
+use crate::plan::{plan_reads, selection_wants, sliced_shape, ReadPlan, Slot, TensorSlice};
 
 /// A record header larger than this is treated as corrupt rather than
 /// allocated (encrypted headers hold 16 bytes per 2 MiB chunk: 64 MiB of
 /// header would describe an 8 TiB tensor).
 const MAX_RECORD_HEADER: u64 = 64 * 1024 * 1024;
-
-/// Read amplification that large bridged gaps may add to a sliced load.
-const SLICE_AMPLIFICATION: f64 = 1.01;
 
 /// What a load was asked for.
 #[derive(Clone, Copy)]
@@ -33,12 +28,6 @@ struct Request<'a> {
     slices: &'a [Option<TensorSlice>],
     dests: &'a [(*mut u8, usize)],
     opts: &'a LoadOptions,
-}
-
-/// Requests in flight to start with, and how far a load may grow them.
-pub(super) struct Concurrency {
-    pub(super) start: usize,
-    pub(super) max: Option<usize>,
 }
 
 impl TensorFile {
@@ -107,17 +96,7 @@ impl TensorFile {
             // valid for `len` bytes.
             unsafe { zero_regions(dests) };
         }
-        let exec = fetched?;
-        Ok(LoadStats {
-            bytes_fetched: exec.bytes_fetched,
-            bytes_wanted,
-            requests: exec.requests,
-            retries: exec.retries,
-            seconds: started.elapsed().as_secs_f64(),
-            concurrency: exec.max_in_flight as usize,
-            peak_host_bytes: header_bytes + exec.peak_staging,
-            bytes_from_cache: exec.bytes_from_cache,
-        })
+        Ok(load_stats(&fetched?, bytes_wanted, header_bytes, started))
     }
 
     /// Refuses what no load of this file can do, before anything is read;
@@ -138,35 +117,15 @@ impl TensorFile {
             )));
         }
         let sliced = slices.iter().any(Option::is_some);
-        if opts.verify_hash && !self.index().stores_hashes() {
-            return Err(Error::invalid(format!(
-                "verify_hash=True, but {} files store no hashes: there is nothing to \
-                 check; load without verify_hash",
-                self.index().format_name()
-            )));
-        }
-        if sliced && opts.verify_hash {
-            return Err(Error::invalid(
-                "verify_hash needs whole tensors (tensorizer's hashes cover the full tensor); \
-                 load the slices with verify_hash=False, or verify the file once with \
-                 `fastshard verify`",
+        self.check_options(sliced, opts)?;
+        if sliced && self.index().has_crypt_info() {
+            return Err(Error::new(
+                ErrorKind::Unsupported,
+                "tensor-parallel slices of an encrypted file cannot be decrypted in place \
+                 (MACs cover whole 2 MiB chunks); load them through staging",
             ));
         }
-        // tensorizer refuses both mismatches too, before reading data.
-        match (self.index().has_crypt_info(), &opts.decryption) {
-            (true, None) => Err(Error::invalid(
-                "the file is encrypted: a decryption key (or passphrase) is needed",
-            )),
-            (false, Some(_)) => Err(Error::invalid(
-                "a decryption key was given but the file is not encrypted",
-            )),
-            (true, Some(_)) if sliced => Err(Error::new(
-                ErrorKind::Unsupported,
-                "tensor-parallel slices of an encrypted file cannot be decrypted \
-                 (MACs cover whole 2 MiB chunks); load whole tensors",
-            )),
-            _ => Ok(sliced),
-        }
+        Ok(sliced)
     }
 
     /// One record-header buffer per selected tensor (empty for a slice,
@@ -239,74 +198,6 @@ impl TensorFile {
         plan_reads(wants, plan_opts)
     }
 
-    /// How `wants` are coalesced and split for this source, within the
-    /// budget.
-    pub(super) fn plan_options(
-        &self,
-        opts: &LoadOptions,
-        wants: &[Want],
-        sliced: bool,
-        staging_budget: Option<u64>,
-    ) -> PlanOptions {
-        let mut plan_opts = self.source.plan_options();
-        if let Some(p) = opts.part_size {
-            plan_opts.part_size = p.max(1);
-        }
-        if sliced {
-            // Other ranks' rows lie between a rank's slices: bridging them
-            // would multiply its traffic. Small gaps (strided columns) are
-            // still bridged; stats report the amplification.
-            plan_opts.max_amplification = Some(SLICE_AMPLIFICATION);
-        }
-        if let Some(budget) = staging_budget {
-            // Gap scratch is the staging a read needs: keep every read
-            // within the budget by not bridging gaps it could not hold.
-            plan_opts.gap_threshold = plan_opts.gap_threshold.min(budget);
-        }
-        if opts.part_size.is_none() {
-            // The plan's segments are exactly the wanted ranges, so their sum
-            // sizes the parts before planning once.
-            let wanted = wants.iter().fold(0u64, |n, w| n.saturating_add(w.len));
-            if let Some(p) = self.source.part_size_for(wanted) {
-                plan_opts.part_size = p;
-            }
-        }
-        plan_opts
-    }
-
-    pub(super) fn concurrency(&self, opts: &LoadOptions, parts: usize) -> Concurrency {
-        match (opts.concurrency, opts.throughput_target) {
-            // An explicit number wins, and stays fixed.
-            (Some(n), _) => Concurrency {
-                start: n.max(1),
-                max: None,
-            },
-            (None, target) => {
-                let start = self.source.default_concurrency().max(1);
-                match (self.source.max_concurrency(), target) {
-                    (Some(max), Some(t)) => {
-                        let need = requests_for(t);
-                        Concurrency {
-                            start: need.min(parts.max(1)),
-                            max: Some(max.max(need)),
-                        }
-                    }
-                    (max, _) => Concurrency { start, max },
-                }
-            }
-        }
-    }
-
-    /// How large a request may grow by joining planned parts: only where
-    /// the caller left both the part size and the concurrency to the load
-    /// (an explicit one is kept exactly), and the source allows it.
-    pub(super) fn join_up_to(&self, opts: &LoadOptions) -> Option<u64> {
-        match (opts.part_size, opts.concurrency) {
-            (None, None) => self.source.max_joined_part(),
-            _ => None,
-        }
-    }
-
     /// Runs the plan, checking (and decrypting, hashing) each tensor as its
     /// bytes land, tensors spread over the cores.
     fn fetch_and_check(
@@ -343,14 +234,7 @@ impl TensorFile {
             .iter_mut()
             .map(|h| (h.as_mut_ptr(), h.len()))
             .collect();
-        let threads = if Checks::streams(opts) {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
-                .min(selection.len())
-        } else {
-            1
-        };
+        let threads = check_threads(opts, selection.len());
         let regions = DataRegions::whole(dests);
         let checks = Checks::new(
             self,
@@ -383,21 +267,5 @@ impl TensorFile {
                 ))
             },
         )
-    }
-}
-
-/// What the load may hold for gap scratch: `max_host_bytes` less the record
-/// headers it must hold in any case.
-pub(super) fn staging_budget(
-    max_host_bytes: Option<u64>,
-    header_bytes: u64,
-) -> Result<Option<u64>> {
-    match max_host_bytes {
-        Some(max) if header_bytes > max => Err(Error::invalid(format!(
-            "max_host_bytes={max} is smaller than the {header_bytes} bytes of record \
-             headers this load must hold; raise it or load fewer tensors per call"
-        ))),
-        Some(max) => Ok(Some(max - header_bytes)),
-        None => Ok(None),
     }
 }

@@ -8,6 +8,7 @@ mod discover;
 mod load;
 mod mapped;
 mod open;
+mod reads;
 mod regions;
 mod staged;
 mod staged_plan;

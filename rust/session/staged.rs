@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::check::{Checks, DataRegions, Region, SharedRegions};
-use super::load::staging_budget;
+use super::reads::{check_threads, load_stats, staging_budget};
 use super::staged_plan::StagePlan;
 use super::{LoadOptions, LoadStats, TensorFile};
 use crate::buffer::Destinations;
@@ -269,14 +269,11 @@ impl TensorFile {
             opts,
             cancel,
         );
-        let threads = match Checks::streams(opts) {
-            true => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            false => 1,
-        };
+        let threads = check_threads(opts, plan.specs.len());
         let rt = runtime()?;
         let exec = overlap(
             items,
-            threads.min(plan.specs.len()),
+            threads,
             cancel,
             |i, landed| {
                 let done = checks
@@ -297,16 +294,13 @@ impl TensorFile {
                 ))
             },
         )?;
-        Ok(LoadStats {
-            bytes_fetched: exec.bytes_fetched,
-            bytes_wanted: plan.specs.iter().map(|s| s.staged_len()).sum::<u64>() + header_bytes,
-            requests: exec.requests,
-            retries: exec.retries,
-            seconds: started.elapsed().as_secs_f64(),
-            concurrency: exec.max_in_flight as usize,
-            peak_host_bytes: header_bytes + exec.peak_staging,
-            bytes_from_cache: exec.bytes_from_cache,
-        })
+        let staged: u64 = plan.specs.iter().map(|s| s.staged_len()).sum();
+        Ok(load_stats(
+            &exec,
+            staged + header_bytes,
+            header_bytes,
+            started,
+        ))
     }
 
     /// Where tensor `i`'s data starts in the load's address space.

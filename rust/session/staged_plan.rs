@@ -55,7 +55,8 @@ impl TensorFile {
         slab_bytes: u64,
     ) -> Result<StagePlan> {
         let sliced = items.iter().any(|i| i.slice.is_some());
-        self.check_staged(sliced, opts)
+        // Slices of an encrypted file are fine here: whole chunks are read.
+        self.check_options(sliced, opts)
             .map_err(|e| e.with_uri(self.uri()))?;
         let mut specs = Vec::with_capacity(items.len());
         let mut zeros = Vec::new();
@@ -94,33 +95,6 @@ impl TensorFile {
         match self.index().has_crypt_info() {
             true => CHUNK,
             false => UNIT,
-        }
-    }
-
-    /// What no staged load of this file can do, before anything is read.
-    fn check_staged(&self, sliced: bool, opts: &LoadOptions) -> Result<()> {
-        if opts.verify_hash && !self.index().stores_hashes() {
-            return Err(Error::invalid(format!(
-                "verify_hash=True, but {} files store no hashes: there is nothing to \
-                 check; load without verify_hash",
-                self.index().format_name()
-            )));
-        }
-        if sliced && opts.verify_hash {
-            return Err(Error::invalid(
-                "verify_hash needs whole tensors (tensorizer's hashes cover the full tensor); \
-                 load the slices with verify_hash=False, or verify the file once with \
-                 `fastshard verify`",
-            ));
-        }
-        match (self.index().has_crypt_info(), &opts.decryption) {
-            (true, None) => Err(Error::invalid(
-                "the file is encrypted: a decryption key (or passphrase) is needed",
-            )),
-            (false, Some(_)) => Err(Error::invalid(
-                "a decryption key was given but the file is not encrypted",
-            )),
-            _ => Ok(()),
         }
     }
 
