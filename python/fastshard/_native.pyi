@@ -13,6 +13,7 @@ from typing_extensions import Buffer, TypedDict, Unpack
 
 __all__ = [
     "SOURCE_OPTIONS",
+    "STAGE_ALIGN",
     "Location",
     "Mapping",
     "Progress",
@@ -104,6 +105,8 @@ class _SourceOptions(TypedDict, total=False):
 
 # Names of the source options (keys of _SourceOptions), as the native layer accepts them.
 SOURCE_OPTIONS: list[str]
+# Staged pieces start at multiples of this many bytes in their slab.
+STAGE_ALIGN: int
 
 @final
 class Location:

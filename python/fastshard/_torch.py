@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from . import _cuda
+from . import _cuda, _native
 from .errors import InvalidArgumentError, UnsupportedError
 
 DeviceLike = str | torch.device
@@ -139,7 +139,7 @@ def _carve(
 # alignment, the staging slabs' own: tensors that follow each other in a
 # slab then follow each other in their block too, and a batch of them is
 # copied out as one run (``_ring``).
-STAGED_ALIGN = 512
+STAGED_ALIGN: int = _native.STAGE_ALIGN
 
 
 def empty_on(

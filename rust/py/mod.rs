@@ -32,6 +32,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(objects::write_object, m)?)?;
     m.add_function(wrap_pyfunction!(objects::delete_object, m)?)?;
     m.add("SOURCE_OPTIONS", options::KNOWN.to_vec())?;
+    m.add("STAGE_ALIGN", crate::stage::ALIGN)?;
     Ok(())
 }
 
