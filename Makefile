@@ -164,9 +164,12 @@ PEER_WHEELS := safetensors==0.9.0rc1 instanttensor==0.2.2 fastsafetensors==0.5.0
 PEER_PLATFORMS := $(foreach p,manylinux_2_35_x86_64 manylinux_2_34_x86_64 manylinux_2_28_x86_64 \
 	manylinux_2_27_x86_64 manylinux_2_26_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64,--platform $(p))
 
-peer-wheels: setup ## The GPU benchmark's peers (cp312 manylinux wheels) into .whl/, beside `make wheel`'s
+peer-wheels: setup ## The GPU benchmark's peers (cp312 manylinux wheels) and the libsodium rate probe into .whl/, beside `make wheel`'s
 	@$(TIMED) peer-wheels $(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 		--implementation cp $(PEER_PLATFORMS) -d .whl $(PEER_WHEELS)
+	@CARGO_TARGET_DIR=.bench/crypto_rates $(CARGO) build --release --quiet \
+		--manifest-path benches/crypto_rates/Cargo.toml
+	@cp .bench/crypto_rates/release/libcrypto_rates.so .whl/
 	@ls .whl
 
 gpu-bench: ## On a CUDA machine with the wheels of `make wheel peer-wheels` installed: benches/gpu_bench.py (BENCH_ARGS="--out DIR")

@@ -132,6 +132,7 @@ class Bench:
         """Times ``fn`` ``repeat`` times (``before`` each, untimed); GB/s
         of ``nbytes``; the first result checked."""
         rec: dict[str, Any] = {"runs": []}
+        peers.LAST_STATS.clear()
         try:
             for k in range(repeat or self.args.repeat):
                 if before is not None:
@@ -143,6 +144,8 @@ class Bench:
                     rec["equal"] = None if check is None else bool(check(out))
                     if isinstance(out, fastshard.LoadStats):
                         rec["stats"] = vars(out)
+                    elif peers.LAST_STATS:
+                        rec["stats"] = vars(peers.LAST_STATS.pop())
                 del out
                 if self.cuda:
                     torch.cuda.empty_cache()

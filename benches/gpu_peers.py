@@ -11,6 +11,7 @@ loader whose package is missing raises ImportError and is skipped.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import subprocess
@@ -36,22 +37,30 @@ def threads() -> int:
 
 
 # -- fastshard --------------------------------------------------------------
+# The stats of the last fastshard load that returned tensors (gpu_harness
+# records them beside its figures).
+LAST_STATS: list[fastshard.LoadStats] = []
+
+
 def fastshard_sd(path: Path, device: torch.device, plan: Plan, **opts: Any) -> Tensors:
     """``load_state_dict(device=...)``; with a plan, its rows as one rank's
     dim-0 slices (every planned slice is rank ``r0 // rows`` of
     ``shape[0] // rows``, as gpu_bench plans them)."""
-    if plan is None:
-        return fastshard.load_state_dict(path, device=device, **opts)
     with fastshard.open(path, **opts) as f:
-        rank, world = 0, 1
-        for name, rows in plan.items():
-            if rows is not None:
-                rank, world = rows[0] // rows[1], f.info(name).shape[0] // rows[1]
-                break
-        specs: dict[str, int | None] = {n: (None if p is None else 0) for n, p in plan.items()}
-        return f.load_state_dict(
-            device=device, names=list(plan), rank=rank, world_size=world, shard_specs=specs
-        )
+        if plan is None:
+            out = f.load_state_dict(device=device)
+        else:
+            rank, world = 0, 1
+            for name, rows in plan.items():
+                if rows is not None:
+                    rank, world = rows[0] // rows[1], f.info(name).shape[0] // rows[1]
+                    break
+            specs: dict[str, int | None] = {n: (None if p is None else 0) for n, p in plan.items()}
+            out = f.load_state_dict(
+                device=device, names=list(plan), rank=rank, world_size=world, shard_specs=specs
+            )
+        LAST_STATS[:] = [f.stats]
+    return dict(out)
 
 
 def fastshard_model(path: Path, model: torch.nn.Module, **opts: Any) -> fastshard.LoadStats:
@@ -192,8 +201,16 @@ def sha256_rate(path: Path, workers: int, chunk: int = 64 * MiB) -> float:
 
 
 def secretbox_rate(nbytes: int, workers: int, chunk: int = 2 * MiB) -> float:
-    """GB/s of libsodium's ``crypto_secretbox_open`` (PyNaCl) over 2 MiB
-    chunks on ``workers`` threads: the cipher's ceiling."""
+    """GB/s of libsodium's ``crypto_secretbox_open_detached`` over 2 MiB
+    chunks on ``workers`` threads: the cipher's ceiling. Through the
+    ``benches/crypto_rates`` cdylib (the libsodium build fastshard links;
+    ``make peer-wheels`` puts it in .whl/), called by ctypes without the
+    GIL; else PyNaCl, whose per-call copies make it a floor, not a ceiling."""
+    lib_path = Path(os.environ.get("FASTSHARD_CRYPTO_RATES", ".whl/libcrypto_rates.so"))
+    if not lib_path.exists():
+        lib_path = Path(__file__).resolve().parent.parent / ".whl" / "libcrypto_rates.so"
+    if lib_path.exists():
+        return _sodium_rate(ctypes.CDLL(str(lib_path)), nbytes, workers, chunk)
     from nacl.bindings import crypto_secretbox, crypto_secretbox_open
 
     key, nonce = bytes(32), bytes(24)
@@ -207,6 +224,31 @@ def secretbox_rate(nbytes: int, workers: int, chunk: int = 2 * MiB) -> float:
         t0 = time.perf_counter()
         list(pool.map(open_one, range(count)))
         return count * chunk / (time.perf_counter() - t0) / 1e9
+
+
+def _sodium_rate(lib: ctypes.CDLL, nbytes: int, workers: int, chunk: int) -> float:
+    p, u64 = ctypes.c_void_p, ctypes.c_uint64
+    lib.sodium_version.restype = ctypes.c_char_p
+    lib.sodium_seal.argtypes = [p, p, p, u64, p, p]
+    lib.sodium_open.argtypes = [p, p, p, u64, p, p]
+    lib.sodium_version()  # sodium_init: picks the vector code first
+    key, nonce = os.urandom(32), os.urandom(24)
+    count = max(workers, nbytes // chunk)
+    plain = ctypes.create_string_buffer(os.urandom(chunk), chunk)
+    boxes = [ctypes.create_string_buffer(chunk) for _ in range(workers)]
+    macs = [ctypes.create_string_buffer(16) for _ in range(workers)]
+    for box, mac in zip(boxes, macs, strict=True):
+        lib.sodium_seal(box, mac, plain, chunk, nonce, key)
+    outs = [ctypes.create_string_buffer(chunk) for _ in range(workers)]
+
+    def open_some(w: int) -> None:
+        for _ in range(count // workers):
+            lib.sodium_open(outs[w], boxes[w], macs[w], chunk, nonce, key)
+
+    with ThreadPoolExecutor(workers) as pool:
+        t0 = time.perf_counter()
+        list(pool.map(open_some, range(workers)))
+        return (count // workers) * workers * chunk / (time.perf_counter() - t0) / 1e9
 
 
 def drop_caches() -> bool:
