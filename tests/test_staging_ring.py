@@ -17,7 +17,7 @@ from conftest import assert_bit_equal, random_tensor
 from staging_helpers import KiB, LateCopier, MiB, fp32_file, half_items, late_load, many_file
 
 import fastshard
-from fastshard import _ring, _slabs
+from fastshard import _cuda, _ring, _slabs
 from fastshard._options import Budget
 
 
@@ -64,16 +64,35 @@ def test_an_error_midway_stops_the_load_after_everything_started_ended(
     assert not any(t.name == "fastshard-stage" for t in threading.enumerate())
 
 
-def test_slabs_are_kept_pinned_between_loads_and_released_on_demand(tmp_path: Path) -> None:
-    path, sd = many_file(tmp_path, 8)
+def test_pinned_slabs_are_kept_between_loads_and_released_on_demand(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Pinning needs a GPU: here it only marks the slab, which is what the
+    # pool goes by.
+    pinned: list[int] = []
+    monkeypatch.setattr(_cuda, "pin", lambda t: pinned.append(t.data_ptr()))
+    monkeypatch.setattr(_cuda, "unpin", lambda t: pinned.remove(t.data_ptr()))
     _slabs.release()
-    fastshard.load_state_dict(path, dtype=torch.float16)
-    kept = _slabs.kept_bytes()
-    assert kept > 0
-    fastshard.load_state_dict(path, dtype=torch.float16)
-    assert _slabs.kept_bytes() == kept, "the second load reused the first one's slabs"
-    _slabs.release()
-    assert _slabs.kept_bytes() == 0
+    first = _slabs.take(3, 64 * KiB, pin=True)
+    _slabs.give(first)
+    assert _slabs.kept_bytes() == 3 * 64 * KiB and len(pinned) == 3
+    again = _slabs.take(2, 32 * KiB, pin=True)  # kept ones that fit: no new pinning
+    assert {s.view.data_ptr() for s in again} <= {s.view.data_ptr() for s in first}
+    assert len(pinned) == 3
+    plain = _slabs.take(2, 64 * KiB, pin=False)  # never one of the pinned
+    assert not {s.view.data_ptr() for s in plain} & set(pinned)
+    _slabs.give([*again, *plain])
+    assert _slabs.kept_bytes() == 3 * 64 * KiB, "unpinned slabs are not kept"
+    monkeypatch.setattr(_slabs, "KEEP_BYTES", 64 * KiB)
+    _slabs.give(_slabs.take(3, 64 * KiB, pin=True))
+    assert _slabs.kept_bytes() == 64 * KiB and len(pinned) == 1, "past the cap: unpinned"
+    monkeypatch.setenv("FASTSHARD_KEEP_STAGING", "0")
+    _slabs.give(_slabs.take(1, 64 * KiB, pin=True))
+    assert _slabs.kept_bytes() == 0 and pinned == []
+    monkeypatch.delenv("FASTSHARD_KEEP_STAGING")
+    _slabs.give(_slabs.take(1, 64 * KiB, pin=True))
+    fastshard.release_staging()
+    assert _slabs.kept_bytes() == 0 and pinned == []
 
 
 def test_sizing_stays_inside_the_budget_and_refuses_what_cannot_fit() -> None:

@@ -1,5 +1,5 @@
-"""Staging slabs kept between loads: Rust-owned page-aligned buffers
-(``_native.Slab``), pinned once for CUDA. Page-locking is the costly part
+"""Staging slabs: Rust-owned page-aligned buffers (``_native.Slab``),
+pinned for CUDA and then kept between loads. Page-locking is the costly part
 of a slab (``cudaHostRegister`` walks and locks every page: tens of
 milliseconds per 256 MiB), so a process that loads several times (a
 checkpoint's files, a benchmark's rounds) pays it once. ``release()``
@@ -21,7 +21,7 @@ from . import _cuda, _native
 KEEP_BYTES = 1 << 30
 
 
-@dataclass
+@dataclass(eq=False)  # one slab is itself only
 class Slab:
     native: _native.Slab
     view: torch.Tensor  # uint8, all of it
@@ -67,14 +67,16 @@ def take(count: int, nbytes: int, pin: bool) -> list[Slab]:
 
 def give(slabs: list[Slab]) -> None:
     """Back to the pool, within ``KEEP_BYTES`` (the largest kept first);
-    the rest are unpinned and freed."""
+    the rest are unpinned and freed. Only pinned slabs are kept: an
+    unpinned one costs nothing to make again but its pages."""
     with _lock:
         _forget_after_fork()
-        pool = sorted([*_kept, *slabs], key=_size, reverse=True) if _keeping() else list(slabs)
+        keep = _keeping()
+        pool = sorted([*_kept, *slabs], key=_size, reverse=True)
         _kept.clear()
         kept = 0
         for s in pool:
-            if _keeping() and kept + s.nbytes <= KEEP_BYTES:
+            if keep and s.pinned and kept + s.nbytes <= KEEP_BYTES:
                 _kept.append(s)
                 kept += s.nbytes
             else:
