@@ -39,6 +39,38 @@ def test_the_typed_options_are_the_native_layers() -> None:
     }
 
 
+@pytest.mark.parametrize("key", ["concurrency", "part_size_bytes", "max_host_bytes"])
+@pytest.mark.parametrize("value", [-1, 0, 2.5, True, "8"])
+def test_counts_that_are_not_positive_whole_numbers_name_the_option(
+    tmp_path: Path, key: str, value: object
+) -> None:
+    path = tmp_path / "m.tensors"
+    fastshard.save({"w": torch.ones(3)}, path)
+    with pytest.raises(fastshard.InvalidArgumentError, match=f"^{key} must be a positive whole"):
+        fastshard.load_state_dict(path, **{key: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "hint"),
+    [
+        ("bf16", "bfloat16"),
+        ("fp16", "float16"),
+        ("bfloat61", "bfloat16"),
+        ("torch.flaot32", "float32"),
+    ],
+)
+def test_a_dtype_name_torch_lacks_is_an_argument_error_with_a_suggestion(
+    tmp_path: Path, name: str, hint: str
+) -> None:
+    path = tmp_path / "m.tensors"
+    fastshard.save({"w": torch.ones(3)}, path)
+    with pytest.raises(fastshard.InvalidArgumentError) as info:
+        fastshard.load_state_dict(path, dtype=name)
+    assert f"did you mean {hint!r}" in str(info.value)
+    assert "None" not in str(info.value) and not isinstance(info.value, fastshard.FormatError)
+    assert fastshard.load_state_dict(path, dtype="bfloat16")["w"].dtype == torch.bfloat16
+
+
 def test_every_open_option_is_documented() -> None:
     doc = fastshard.open.__doc__ or ""
     missing = [name for name in OpenOptions.__optional_keys__ if f"``{name}``" not in doc]
@@ -78,10 +110,17 @@ def test_unknown_options_still_raise(tmp_path: Path) -> None:
         lambda: fastshard.load(model, path, concurrncy=4),
     ]
     for call in calls:
-        with pytest.raises(fastshard.InvalidArgumentError, match="^unknown option 'concurrncy'$"):
+        with pytest.raises(
+            fastshard.InvalidArgumentError,
+            match="^unknown option 'concurrncy'; did you mean 'concurrency'\\?$",
+        ):
             call()
+    with pytest.raises(fastshard.InvalidArgumentError, match="did you mean 'verify_hash'"):
+        fastshard.load_state_dict(path, verify_hashes=True)  # type: ignore[call-arg]
     with pytest.raises(fastshard.InvalidArgumentError, match="^unknown option 'x' for save$"):
         fastshard.save({"w": torch.ones(3)}, path, x=1)  # type: ignore[call-arg]
+    with pytest.raises(fastshard.InvalidArgumentError, match="for save; did you mean 'align'"):
+        fastshard.save({"w": torch.ones(3)}, path, alig=64)  # type: ignore[call-arg]
     with pytest.raises(fastshard.UnsupportedError, match="progress is a load option"):
         fastshard.save({"w": torch.ones(3)}, path, progress=True)  # type: ignore[call-arg]
     # A save writes to the store only: a cache option would be ignored.

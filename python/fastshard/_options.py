@@ -11,8 +11,9 @@ go to every native load of an opened file; ``progress`` stays in Python.
 
 from __future__ import annotations
 
+import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
@@ -130,14 +131,36 @@ def source_options(opts: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Options counted in whole units (reads, bytes): a positive int each.
+_COUNTS = ("concurrency", "part_size_bytes", "max_host_bytes")
+
+
+def _unknown(key: str, known: Iterable[str], where: str = "") -> InvalidArgumentError:
+    """The error for an option nobody knows, with the known names it is
+    closest to (a misspelt ``verify_hashes``)."""
+    close = difflib.get_close_matches(key, sorted(known), n=2, cutoff=0.75)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return InvalidArgumentError(f"unknown option {key!r}{where}{hint}")
+
+
+def _check_count(key: str, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgumentError(f"{key} must be a positive whole number, not {value!r}")
+
+
 def open_settings(opts: Mapping[str, Any]) -> OpenSettings:
     """Check the options of an open (unknown names raise) and split them."""
     native: dict[str, Any] = {}
+    others = ("max_host_bytes", "progress", "mmap")
     for key, value in opts.items():
         if key in _NATIVE_LOAD:
             native[key] = value
-        elif key not in SOURCE and key not in ("max_host_bytes", "progress", "mmap"):
-            raise InvalidArgumentError(f"unknown option {key!r}")
+        elif key not in SOURCE and key not in others:
+            raise _unknown(key, {*_NATIVE_LOAD, *SOURCE, *others})
+    for key in _COUNTS:
+        _check_count(key, opts.get(key))
     if "verify_hash" in native:
         native["verify_hash"] = bool(native["verify_hash"])
     if "encryption" in native:
@@ -164,7 +187,7 @@ def save_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
                 f"{key} is a load option: save writes to the store, not through the node cache"
             )
         if key not in SOURCE:
-            raise InvalidArgumentError(f"unknown option {key!r} for save")
+            raise _unknown(key, {*SOURCE, "encryption", "align"} - _CACHE, " for save")
     out = source_options(rest)
     if encryption is not None:
         out["encryption"] = encryption

@@ -7,6 +7,7 @@ torch dtypes numpy cannot represent (bfloat16, float8, complex32).
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Sequence
 
@@ -38,11 +39,24 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype)[len("torch.") :]
 
 
+# Short names users write for dtypes; named in the error, never taken.
+_SHORT = {"bf16": "bfloat16", "fp16": "float16", "f16": "float16", "fp32": "float32",
+          "f32": "float32", "fp64": "float64", "fp8": "float8_e4m3fn"}  # fmt: skip
+
+
 def as_dtype(value: DtypeLike) -> torch.dtype:
+    """A ``dtype=`` argument as a torch dtype: a torch dtype or its name."""
     if isinstance(value, torch.dtype):
         return value
     if isinstance(value, str):
-        return dtype_from_name(value[len("torch.") :] if value.startswith("torch.") else value)
+        name = value[len("torch.") :] if value.startswith("torch.") else value
+        dtype = getattr(torch, name, None)
+        if isinstance(dtype, torch.dtype):
+            return dtype
+        names = [n for n in dir(torch) if isinstance(getattr(torch, n, None), torch.dtype)]
+        close = [_SHORT[name]] if name in _SHORT else difflib.get_close_matches(name, names, 1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise InvalidArgumentError(f"dtype {value!r} is not a torch dtype name{hint}")
     raise InvalidArgumentError(f"dtype must be a torch.dtype or its name, not {value!r}")
 
 
