@@ -160,6 +160,17 @@ def assert_bit_equal(actual: torch.Tensor, expected: torch.Tensor) -> None:
     assert torch.equal(as_bytes(actual), as_bytes(expected))
 
 
+def assert_cast_equal(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    """A cast's result against torch's: every bit equal but NaNs', which
+    must be NaNs. torch itself spells a NaN's bits by the kernel it runs
+    (vector or scalar, by a tensor's size), not by the value."""
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    a, e = actual.detach().cpu().reshape(-1), expected.detach().cpu().reshape(-1)
+    nan = e.isnan()
+    assert torch.equal(a.isnan(), nan)
+    assert torch.equal(as_bytes(a[~nan]), as_bytes(e[~nan]))
+
+
 def assert_state_equal(actual: dict, expected: dict) -> None:
     """Same names in the same order, every tensor bit-equal."""
     assert list(actual) == list(expected)

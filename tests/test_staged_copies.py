@@ -1,4 +1,5 @@
-"""How staged loads copy out of their slabs: slices along every dim with
+"""How staged loads copy out of their slabs: host casts between float
+types made natively, bit-equal to torch's; slices along every dim with
 a cast into strided destinations, an encrypted tensor larger than a slab,
 tensors carved from one block copied as runs, copies without a cast kept
 bytewise, the CUDA copier's own logic run on the CPU, and Ctrl-C in the
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import assert_bit_equal, random_tensor
+from conftest import assert_bit_equal, assert_cast_equal, random_tensor
 from staging_helpers import LateCopier, MiB, fp32_file, late_load
 
 import fastshard
@@ -68,6 +69,100 @@ class CountingCopier(_ring.CpuCopier):
     ) -> None:
         self.byte_ops += len(bytes_ops)
         super().copy(slab, slot, bytes_ops, item_ops)
+
+
+FLOATS = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("stored", FLOATS, ids=str)
+def test_host_casts_between_float_types_are_native_and_equal_torchs(
+    tmp_path: Path, stored: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Random bits (NaNs, infinities, subnormals), a tensor larger than the
+    # slabs (its pieces across batches) and small ones; whole tensors into
+    # new memory and into a model's parameters, and dim-0 / dim-1 slices
+    # (strided rows) into contiguous destinations; every bit as torch's
+    # cast but NaNs' (torch spells those by kernel, not by value). No torch
+    # copy may run: the native side makes every one of these.
+    sd = {"big": random_tensor(stored, (300, 700), seed=1)}
+    sd.update({f"s{i}": random_tensor(stored, (i + 1, 7), seed=i + 2) for i in range(20)})
+    path = tmp_path / "m.tensors"
+    fastshard.save(sd, path)
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a host cast went through torch")
+
+    monkeypatch.setattr(torch, "_foreach_copy_", refused)
+    monkeypatch.setattr(_torch, "copy", refused)
+    for want in FLOATS:
+        if want == stored:
+            continue
+        out = fastshard.load_state_dict(path, dtype=want, max_host_bytes=256 * 1024)
+        for name, t in sd.items():
+            assert_cast_equal(out[name], t.to(want))
+        model = torch.nn.Module()
+        for name, t in sd.items():
+            model.register_parameter(name, torch.nn.Parameter(torch.zeros(t.shape, dtype=want)))
+        fastshard.load(model, path, max_host_bytes=256 * 1024)
+        for name, t in sd.items():
+            assert_cast_equal(getattr(model, name).data, t.to(want))
+        with fastshard.open(path) as f:
+            big = sd["big"]
+            for dim, ranges, part in [
+                (0, [(100, 150)], big[100:250]),
+                (1, [(250, 400)], big[:, 250:650]),
+            ]:
+                dest = torch.full(part.shape, 7.0, dtype=want)
+                item = _ring.Item(f.index_of("big"), (dim, ranges), tuple(part.shape), dest)
+                _ring.load(f.engine, [item], 256 * 1024)
+                assert_cast_equal(dest, part.to(want))
+
+
+def test_a_block_carved_for_casts_and_plain_copies_alike_keeps_both(tmp_path: Path) -> None:
+    # float16 tensors of a file mixing bf16 and fp16 ones, carved from one
+    # float16 block (as a staged load onto a GPU carves them): the fp16
+    # ones are byte copies, the bf16 ones casts between them, so no byte
+    # run may span the padding around a cast.
+    sd = {
+        f"t{i}": random_tensor(torch.bfloat16 if i % 2 else torch.float16, (5, 9), seed=i)
+        for i in range(12)
+    }
+    path = tmp_path / "m.tensors"
+    fastshard.save(sd, path)
+    dests, carved = _torch.empty_on(torch.device("cpu"), [((5, 9), torch.float16)] * 12)
+    assert all(carved)
+    with fastshard.open(path) as f:
+        items = [
+            _ring.Item(f.index_of(name), None, (5, 9), d, c)
+            for name, d, c in zip(sd, dests, carved, strict=True)
+        ]
+        dtypes = [f.engine.info_at(it.index).dtype for it in items]
+        where, _ = _ring.targets_of(items, dtypes)
+        assert [w is None for w in where] == [i % 2 == 1 for i in range(12)]
+        assert not any(w[2] for w in where if w is not None)  # no runs over the casts
+        _ring.load(f.engine, items)
+    for name, d in zip(sd, dests, strict=True):
+        assert_cast_equal(d, sd[name].to(torch.float16))
+
+
+def test_casts_the_native_side_leaves_are_made_by_the_copier_in_the_same_load(
+    tmp_path: Path,
+) -> None:
+    sd = {
+        "ids": torch.arange(-50, 50, dtype=torch.int32),
+        "w": random_tensor(torch.bfloat16, (64, 33), seed=3),
+        "flags": torch.tensor([True, False, True]),
+    }
+    path = tmp_path / "m.tensors"
+    fastshard.save(sd, path)
+    model = torch.nn.Module()
+    model.ids = torch.nn.Parameter(torch.zeros(100), requires_grad=False)
+    model.w = torch.nn.Parameter(torch.zeros(64, 33, dtype=torch.float16))
+    model.register_buffer("flags", torch.zeros(3, dtype=torch.uint8))
+    fastshard.load(model, path)
+    assert_bit_equal(model.ids.data, sd["ids"].to(torch.float32))
+    assert_bit_equal(model.w.data, sd["w"].to(torch.float16))
+    assert_bit_equal(model.flags, sd["flags"].to(torch.uint8))
 
 
 def test_copies_without_a_cast_are_byte_copies() -> None:

@@ -197,6 +197,28 @@ class Staging:
         ``height`` rows of ``width`` bytes from ``src`` every ``src_pitch``
         to the item's loaded bytes (file dtype, row-major) from ``dst``
         every ``dst_pitch``; ``last`` marks the item's final copy."""
+    def bind_host(
+        self,
+        regions: Sequence[tuple[int, int]],
+        targets: Sequence[int | None],
+        items: Sequence[tuple[int, int, str, str] | None],
+    ) -> None:
+        """Host memory ``take`` copies into: ``regions`` as ``(address,
+        bytes)`` (unchecked: the caller keeps each valid, writable and
+        untouched by anyone else until the load is closed), byte target
+        ``t``'s region ``targets[t]``, and item ``k``'s place ``items[k]``
+        ``(region, base, stored dtype, dtype)``: a contiguous destination
+        from byte ``base`` of its region. An item whose cast the native
+        side cannot make (types other than float64/32/16 and bfloat16)
+        stays unbound."""
+    def take(
+        self, batch: int
+    ) -> tuple[
+        list[tuple[int, int, int, int]], list[tuple[int, int, int, int, int, int, int, bool]]
+    ]:
+        """Copies batch ``batch``'s ops into the bound host memory (without
+        the GIL, over the cores; checked against the slab and the regions
+        first) and returns the rest, as ``ops`` gives them."""
     def release(self, batch: int) -> None:
         """Batch ``batch``'s copies have completed: its slab may be
         refilled. Batches are released in order."""

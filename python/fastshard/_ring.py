@@ -9,8 +9,10 @@ slab back once its copies completed (its ticket: a CUDA event, or nothing
 for a synchronous CPU copy). It runs one Python iteration per batch, none
 per tensor: a batch's copies come as ops (``_native.pyi``), plain bytes
 into a destination's memory, or through an item's own view when it casts
-or is not contiguous. CPU and CUDA destinations share this code; only the
-``Copier`` differs.
+or is not contiguous. Copies into host memory, casts between float types
+included, are made by the native side itself (``host_binding``: the
+destinations' storages are handed over once per load); the ``Copier``
+makes the rest (CUDA, other casts, non-contiguous views).
 """
 
 from __future__ import annotations
@@ -239,11 +241,18 @@ def targets_of(
     keys: list[Key | None] = []
     shared: dict[Key, int] = {}
     padded: dict[Key, bool] = {}
+    # Storages that also hold items copied otherwise (a cast carved from
+    # the same block): a run over their padding would write over those.
+    mixed: set[Key] = set()
     for it, dtype in zip(items, dtypes, strict=True):
         dest = it.dest
         # An empty tensor has no address (torch gives 0) and nothing to copy.
-        if dest.dtype != dtype or dest.numel() == 0 or not dest.is_contiguous():
+        if dest.numel() == 0:
             keys.append(None)
+            continue
+        if dest.dtype != dtype or not dest.is_contiguous():
+            keys.append(None)
+            mixed.add((dest.device, dest.untyped_storage().data_ptr()))
             continue
         small = dest.nbytes < DIRECT_BYTES and dest.device.type != "cpu"
         if small and dest._base is None:
@@ -266,8 +275,46 @@ def targets_of(
             tid = found[k] = len(targets)
             view = torch.empty(0, dtype=torch.uint8, device=it.dest.device)
             targets.append(view.set_(it.dest.untyped_storage()))
-        out.append((tid, it.dest.data_ptr() - k[1], padded[k]))
+        out.append((tid, it.dest.data_ptr() - k[1], padded[k] and k not in mixed))
     return out, targets
+
+
+HostBinding = tuple[list[tuple[int, int]], list[int | None], list[tuple[int, int, str, str] | None]]
+_NAMES: dict[torch.dtype, str] = {}
+
+
+def _name(dtype: torch.dtype) -> str:
+    got = _NAMES.get(dtype)
+    if got is None:
+        got = _NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return got
+
+
+def host_binding(
+    items: Sequence[Item], dtypes: Sequence[torch.dtype], targets: Sequence[torch.Tensor]
+) -> HostBinding:
+    """What ``Staging.bind_host`` takes: the host memory the native side
+    copies into as ``(address, bytes)`` regions (each byte target's whole
+    storage, and each other contiguous host item's own bytes), and each
+    item's region with its stored and wanted dtype (the native side leaves
+    the casts it cannot make to the copier). The items and targets keep
+    that memory alive; nothing else touches it until the load returns."""
+    regions: list[tuple[int, int]] = []
+    bound_targets: list[int | None] = []
+    for t in targets:
+        cpu = t.device.type == "cpu" and t.numel() > 0
+        bound_targets.append(len(regions) if cpu else None)
+        if cpu:
+            regions.append((t.data_ptr(), t.numel()))
+    bound_items: list[tuple[int, int, str, str] | None] = []
+    for it, dtype in zip(items, dtypes, strict=True):
+        dest = it.dest
+        if dest.device.type != "cpu" or not dest.is_contiguous() or dest.numel() == 0:
+            bound_items.append(None)
+            continue
+        bound_items.append((len(regions), 0, _name(dtype), _name(dest.dtype)))
+        regions.append((dest.data_ptr(), dest.nbytes))
+    return regions, bound_targets, bound_items
 
 
 def load(
@@ -291,8 +338,10 @@ def load(
     sizing = size(budget, padded, cuda, source.stage_unit)
     where, targets = targets_of(items, dtypes)
     places = Places(items, dtypes, targets)
+    host = None
     if copier is None:
         copier = _cuda.CudaCopier(places, sizing.depth) if cuda else CpuCopier(places)
+        host = host_binding(items, dtypes, targets)
     slabs = _slabs.take(sizing.depth, sizing.slab_bytes, pin=cuda)
     try:
         fill_budget = budget.beside_slabs(sizing.depth * sizing.slab_bytes)
@@ -305,6 +354,8 @@ def load(
             fill_budget,
         )
         with staging:
+            if host is not None:
+                staging.bind_host(*host)
             out = _run(staging, [s.view for s in slabs], copier)
             out.bytes_staged = total
             for k in staging.zeros:
@@ -328,7 +379,7 @@ def _run(staging: Staging, slabs: list[torch.Tensor], copier: Copier) -> LoadSta
             if batch is None:
                 break
             began = time.perf_counter()
-            bytes_ops, item_ops = staging.ops(batch)
+            bytes_ops, item_ops = staging.take(batch)
             copier.copy(slabs[batch % depth], batch % depth, bytes_ops, item_ops)
             copying.append((batch, copier.ticket()))
             # A read may span two batches, so the next batch can need the
@@ -357,6 +408,6 @@ class Staging(Protocol):
     @property
     def zeros(self) -> list[int]: ...
     def next(self) -> int | None: ...
-    def ops(self, batch: int) -> tuple[list[ByteOp], list[ItemOp]]: ...
+    def take(self, batch: int) -> tuple[list[ByteOp], list[ItemOp]]: ...
     def release(self, batch: int) -> None: ...
     def finish(self) -> dict[str, float]: ...

@@ -1,8 +1,10 @@
 //! `fastshard._native.Staging`: a staged load running (`session::Staging`)
 //! into slabs Python handed over (pinned `Slab`s, for CUDA), pulled batch
 //! by batch by the copy side (`fastshard._ring`): `next` waits for a batch
-//! without the GIL, `ops` says what to copy out of its slab, `release`
-//! gives the slab back. One call per batch, none per tensor.
+//! without the GIL, `take` copies what goes to host memory bound with
+//! `bind_host` (casts included, over the cores) and says what is left to
+//! copy out of its slab, `release` gives the slab back. One call per
+//! batch, none per tensor.
 
 use std::sync::Arc;
 
@@ -16,12 +18,18 @@ use super::reader::stats_dict;
 use crate::cancel::CancelToken;
 use crate::error::Error;
 use crate::session::{LoadOptions, StagePlan, Staging as Running, TensorFile};
+use crate::stage::{BatchOps, Conv, HostDests, HostItem};
+
+/// An item bound to host memory: `(region, base, stored dtype, dtype)`.
+type HostSpec = Option<(usize, usize, String, String)>;
 
 #[pyclass(module = "fastshard._native")]
 pub struct Staging {
     // Dropped first: the reads end before the slabs' exports are released.
     running: Option<Running>,
     held: Option<Held>,
+    // Host destinations bound for `take`.
+    host: Option<HostDests>,
     cancel: CancelToken,
     uri: String,
     slabs: usize,
@@ -50,6 +58,7 @@ impl Staging {
         Ok(Staging {
             running: Some(running),
             held: Some(held),
+            host: None,
             cancel,
             uri,
             slabs: slabs.len(),
@@ -59,9 +68,17 @@ impl Staging {
     }
 
     fn running(&self) -> PyResult<&Running> {
-        self.running
-            .as_ref()
-            .ok_or_else(|| to_py(Error::invalid("the staged load is closed").with_uri(&self.uri)))
+        self.running.as_ref().ok_or_else(|| self.closed())
+    }
+
+    fn closed(&self) -> PyErr {
+        to_py(Error::invalid("the staged load is closed").with_uri(&self.uri))
+    }
+
+    fn batch_ops(&self, batch: usize) -> PyResult<&BatchOps> {
+        self.running()?.plan().ops.get(batch).ok_or_else(|| {
+            to_py(Error::invalid(format!("no staging batch {batch}")).with_uri(&self.uri))
+        })
     }
 }
 
@@ -93,28 +110,58 @@ impl Staging {
     /// dst, len)` and items as `(item, src, dst, width, height, src_pitch,
     /// dst_pitch, last)` (see `_native.pyi`).
     fn ops<'py>(&self, py: Python<'py>, batch: usize) -> PyResult<Bound<'py, PyTuple>> {
-        let plan = self.running()?.plan();
-        let ops = plan.ops.get(batch).ok_or_else(|| {
-            to_py(Error::invalid(format!("no staging batch {batch}")).with_uri(&self.uri))
-        })?;
-        let bytes = PyList::empty(py);
-        for op in &ops.bytes {
-            bytes.append((op.target, op.src, op.dst, op.len))?;
-        }
-        let items = PyList::empty(py);
-        for op in &ops.items {
-            items.append((
-                op.item,
-                op.src,
-                op.dst,
-                op.width,
-                op.height,
-                op.src_pitch,
-                op.dst_pitch,
-                op.last,
-            ))?;
-        }
-        PyTuple::new(py, [bytes.into_any(), items.into_any()])
+        ops_tuple(py, self.batch_ops(batch)?)
+    }
+
+    /// Binds host destinations for `take`: `regions` as `(address,
+    /// bytes)`; `targets[t]`, the region of byte target `t` or None;
+    /// `items[k]`, `(region, base, stored dtype, dtype)` of item `k` (a
+    /// contiguous destination at byte `base`) or None. An item whose cast
+    /// this side cannot make stays unbound. Addresses, not buffers: a
+    /// buffer export per parameter cost more than the copies (4 µs each).
+    /// Private to `fastshard._ring`, which binds the memory of the load's
+    /// own destinations and keeps them alive and untouched until it returns.
+    fn bind_host(
+        &mut self,
+        regions: Vec<(usize, usize)>,
+        targets: Vec<Option<usize>>,
+        items: Vec<HostSpec>,
+    ) -> PyResult<()> {
+        let items = items
+            .into_iter()
+            .map(|spec| {
+                let (region, base, stored, dtype) = spec?;
+                let conv = Conv::between(&stored, &dtype)?;
+                Some(HostItem { region, base, conv })
+            })
+            .collect();
+        let regions = regions
+            .into_iter()
+            .map(|(p, n)| (p as *mut u8, n))
+            .collect();
+        // SAFETY: the caller's promise above (`_ring.host_binding`): each
+        // region is its destinations' memory, valid and written by nobody
+        // else until the load is closed.
+        self.host = Some(unsafe { HostDests::new(regions, targets, items) });
+        Ok(())
+    }
+
+    /// Copies batch `batch`'s ops whose destinations `bind_host` bound,
+    /// without the GIL and over the cores, and returns the others as
+    /// `ops` does.
+    fn take<'py>(&mut self, py: Python<'py>, batch: usize) -> PyResult<Bound<'py, PyTuple>> {
+        let ops = self.batch_ops(batch)?;
+        let Some(dests) = self.host.as_ref() else {
+            return ops_tuple(py, ops);
+        };
+        let held = self.held.as_ref().ok_or_else(|| self.closed())?;
+        let (ptr, len) = held.regions()[batch % self.slabs];
+        // SAFETY: batch `batch` was handed out by `next` and not released
+        // yet, so no read writes its slab (the gate holds the reads of
+        // later batches until it is), and `held` keeps the slab in place.
+        let slab = unsafe { std::slice::from_raw_parts(ptr.cast_const(), len) };
+        let left = py.detach(|| dests.copy(ops, slab));
+        ops_tuple(py, &left.map_err(|e| to_py(e.with_uri(&self.uri)))?)
     }
 
     /// Gives batch `batch`'s slab back (batches are released in order).
@@ -167,5 +214,27 @@ impl Staging {
         if let Some(held) = self.held.take() {
             held.release(py);
         }
+        self.host = None;
     }
+}
+
+fn ops_tuple<'py>(py: Python<'py>, ops: &BatchOps) -> PyResult<Bound<'py, PyTuple>> {
+    let bytes = PyList::empty(py);
+    for op in &ops.bytes {
+        bytes.append((op.target, op.src, op.dst, op.len))?;
+    }
+    let items = PyList::empty(py);
+    for op in &ops.items {
+        items.append((
+            op.item,
+            op.src,
+            op.dst,
+            op.width,
+            op.height,
+            op.src_pitch,
+            op.dst_pitch,
+            op.last,
+        ))?;
+    }
+    PyTuple::new(py, [bytes.into_any(), items.into_any()])
 }
