@@ -236,3 +236,22 @@ def test_meta_model_untouched_on_mismatch(tz_write):
     with pytest.raises(fastshard.InvalidArgumentError, match="lin.weight"):
         fastshard.load(dst, path)
     assert all(p.is_meta for p in dst.parameters())
+
+
+def test_an_unreachable_s3_endpoint_is_named_and_told_in_words():
+    from servers import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: refused at once
+    with pytest.raises(fastshard.StorageError) as info:
+        fastshard.load_state_dict(
+            "s3://models/m.tensors",
+            s3_endpoint=dead,
+            s3_access_key_id="key",
+            s3_secret_access_key="secret",
+            deadline_seconds=2,
+        )
+    text = str(info.value)
+    assert f"S3 connection to {dead} failed" in text, text
+    assert "refused" in text.lower() and "s3://models/m.tensors" in text, text
+    # No Debug dump of the SDK's types.
+    assert "{ " not in text and "DispatchFailure" not in text and "secret" not in text, text

@@ -291,7 +291,10 @@ def _name(dtype: torch.dtype) -> str:
 
 
 def host_binding(
-    items: Sequence[Item], dtypes: Sequence[torch.dtype], targets: Sequence[torch.Tensor]
+    items: Sequence[Item],
+    dtypes: Sequence[torch.dtype],
+    where: Sequence[tuple[int, int, bool] | None],
+    targets: Sequence[torch.Tensor],
 ) -> HostBinding:
     """What ``Staging.bind_host`` takes: the host memory the native side
     copies into as ``(address, bytes)`` regions (each byte target's whole
@@ -307,9 +310,15 @@ def host_binding(
         if cpu:
             regions.append((t.data_ptr(), t.numel()))
     bound_items: list[tuple[int, int, str, str] | None] = []
-    for it, dtype in zip(items, dtypes, strict=True):
+    for it, dtype, w in zip(items, dtypes, where, strict=True):
         dest = it.dest
-        if dest.device.type != "cpu" or not dest.is_contiguous() or dest.numel() == 0:
+        # An item with a byte target is copied by byte ops alone.
+        if (
+            w is not None
+            or dest.device.type != "cpu"
+            or not dest.is_contiguous()
+            or dest.numel() == 0
+        ):
             bound_items.append(None)
             continue
         bound_items.append((len(regions), 0, _name(dtype), _name(dest.dtype)))
@@ -341,7 +350,7 @@ def load(
     host = None
     if copier is None:
         copier = _cuda.CudaCopier(places, sizing.depth) if cuda else CpuCopier(places)
-        host = host_binding(items, dtypes, targets)
+        host = host_binding(items, dtypes, where, targets)
     slabs = _slabs.take(sizing.depth, sizing.slab_bytes, pin=cuda)
     try:
         fill_budget = budget.beside_slabs(sizing.depth * sizing.slab_bytes)

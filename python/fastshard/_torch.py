@@ -168,6 +168,7 @@ def empty_on(
     carved = [False] * len(specs)
     pending: dict[torch.dtype, list[tuple[int, tuple[int, ...], int]]] = {}
     fill: dict[torch.dtype, int] = {}
+    strides: dict[tuple[int, ...], tuple[int, ...]] = {}
 
     def carve(dtype: torch.dtype) -> None:
         items = pending.pop(dtype, [])
@@ -177,7 +178,10 @@ def empty_on(
             max(fill.pop(dtype), STAGED_ALIGN) // dtype.itemsize, dtype=dtype, device=device
         )
         for slot, dims, offset in items:
-            out[slot] = block.as_strided(dims, _contiguous_strides(dims), offset // dtype.itemsize)
+            stride = strides.get(dims)
+            if stride is None:
+                stride = strides[dims] = _contiguous_strides(dims)
+            out[slot] = block.as_strided(dims, stride, offset // dtype.itemsize)
             carved[slot] = True
 
     for slot, (shape, dtype) in enumerate(specs):

@@ -57,8 +57,10 @@ pub fn check(header: Option<&str>, partial: bool, start: u64, end: u64) -> Resul
 
 /// What a streamed answer to a ranged GET of `[start, end)` must be,
 /// whichever client read it and from whichever store: 206 with that
-/// Content-Range, or 200 from the object's start. Any other status is the
-/// error `refused` makes of it (each store names its own kinds).
+/// Content-Range, 200 from the object's start, or 200 with a Content-Range
+/// naming the bytes asked for and a body of their length (`rclone serve
+/// s3` answers so). Any other status is the error `refused` makes of it
+/// (each store names its own kinds).
 pub fn check_answer(
     status: StatusCode,
     headers: &HeaderMap,
@@ -70,11 +72,40 @@ pub fn check_answer(
     if !partial && status != StatusCode::OK {
         return Err(refused(status).with_range(start..end));
     }
-    if !partial && start != 0 {
-        return Err(whole_answer(headers, start, end));
-    }
     let range = headers.get(CONTENT_RANGE).and_then(|v| v.to_str().ok());
+    if !partial && start != 0 {
+        return match range {
+            Some(h) => named_answer(h, headers, start, end),
+            None => Err(whole_answer(headers, start, end)),
+        };
+    }
     check(range, partial, start, end).map(|_| ())
+}
+
+/// A 200 that names its bytes: fine when they are those asked for (cut
+/// short only by the object's end, as a 206's may be) and the body is as
+/// long as they are; otherwise a broken answer, retried as a 206 naming
+/// other bytes is.
+fn named_answer(range: &str, headers: &HeaderMap, start: u64, end: u64) -> Result<()> {
+    check(Some(range), true, start, end)?;
+    let named = parse(range).map_or(0, |(got, _)| got.end - got.start);
+    match content_length(headers) {
+        Some(n) if n != named => Err(Error::new(
+            ErrorKind::Network,
+            format!(
+                "the server answered a ranged read with 200 naming {named} bytes but sending {n}"
+            ),
+        )
+        .with_range(start..end)),
+        _ => Ok(()),
+    }
+}
+
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
 }
 
 /// A 200 to a read that does not start at the object's start. From a server
@@ -83,11 +114,7 @@ pub fn check_answer(
 /// may mend (SeaweedFS answers an empty 200 when its handler ends without
 /// writing, as when its own read of the chunks is cancelled under load).
 fn whole_answer(headers: &HeaderMap, start: u64, end: u64) -> Error {
-    let length = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    match length {
+    match content_length(headers) {
         Some(n) if n < end => Error::new(
             ErrorKind::Network,
             format!(
@@ -185,6 +212,31 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("100..200"), "{e}");
+    }
+
+    #[test]
+    fn a_200_naming_the_bytes_asked_for_is_taken_other_bytes_are_not() {
+        // rclone serve s3: 200, the bytes asked for, and a Content-Range
+        // naming them.
+        let answer = |range: &str, length: &str| {
+            let headers = HeaderMap::from_iter([
+                (CONTENT_RANGE, range.parse().unwrap()),
+                (CONTENT_LENGTH, length.parse().unwrap()),
+            ]);
+            check_answer(StatusCode::OK, &headers, 100, 200, |_| unreachable!())
+        };
+        answer("bytes 100-199/5000", "100").unwrap();
+        answer("bytes 100-149/150", "50").unwrap(); // cut short by the object's end
+        let other = answer("bytes 0-99/5000", "100").unwrap_err();
+        assert_eq!(other.kind(), ErrorKind::Network);
+        assert!(other.to_string().contains("0..100"), "{other}");
+        let short = answer("bytes 100-199/5000", "60").unwrap_err();
+        assert_eq!(short.kind(), ErrorKind::Network);
+        assert!(
+            short.to_string().contains("100 bytes but sending 60"),
+            "{short}"
+        );
+        assert!(answer("bytes x", "100").is_err());
     }
 
     proptest! {

@@ -1,5 +1,6 @@
 //! Building the aws-sdk-s3 client from a resolved configuration.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::meta::credentials::CredentialsProviderChain;
@@ -98,6 +99,9 @@ fn imds_disabled() -> bool {
 pub struct S3Client {
     pub client: Client,
     pub creds: CredentialSource,
+    /// Where requests go, as errors name it: the endpoint URL given, or
+    /// AWS's endpoint of the region.
+    pub endpoint: Arc<str>,
 }
 
 /// The AWS chain, resolved now, so that "no credentials anywhere" falls
@@ -191,6 +195,11 @@ pub async fn build_client(res: &Resolved) -> Result<S3Client> {
         (None, _) => loader.no_credentials(),
     };
     let sdk = loader.load().await;
+    let endpoint: Arc<str> = match (&res.endpoint, sdk.region()) {
+        (Some(url), _) => url.as_str().into(),
+        (None, Some(region)) => format!("AWS S3 in {region}").into(),
+        (None, None) => "AWS S3".into(),
+    };
     let conf = aws_sdk_s3::config::Builder::from(&sdk)
         .force_path_style(res.force_path_style)
         // S3-compatible stores mishandle the SDK's default checksums; ranged
@@ -200,5 +209,6 @@ pub async fn build_client(res: &Resolved) -> Result<S3Client> {
     Ok(S3Client {
         client: Client::from_conf(conf.build()),
         creds: source,
+        endpoint,
     })
 }

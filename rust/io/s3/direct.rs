@@ -149,7 +149,7 @@ async fn presign(
         .set_if_match(if_match.map(str::to_string))
         .presigned(config)
         .await
-        .map_err(|e| errors::map(e, c.creds))
+        .map_err(|e| errors::map(e, c))
 }
 
 /// The headers the presigned request must be sent with (Host is the

@@ -3,20 +3,21 @@
 
 use aws_credential_types::provider::error::CredentialsError;
 use aws_sdk_s3::config::http::HttpResponse;
-use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 
+use super::client::S3Client;
 use super::config::CredentialSource;
 use crate::error::{Error, ErrorKind};
 
-/// Awaits an SDK request, its error mapped by [`map`].
+/// Awaits an SDK request sent by `c`, its error mapped by [`map`].
 pub async fn sent<T, E>(
     request: impl std::future::Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-    creds: CredentialSource,
+    c: &S3Client,
 ) -> crate::error::Result<T>
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
-    request.await.map_err(|e| map(e, creds))
+    request.await.map_err(|e| map(e, c))
 }
 
 /// Whether a credentials provider failed or found none, somewhere in the
@@ -25,9 +26,10 @@ fn no_credentials(err: &(dyn std::error::Error + 'static)) -> bool {
     crate::error::sources(err).any(|e| e.is::<CredentialsError>())
 }
 
-/// An error and its sources, each said once: the operation error's own
-/// chain, not the raw response (`DisplayErrorContext` of the whole
-/// `SdkError` would print its headers and body too).
+/// An error and its sources, each said once, in words: the operation
+/// error's own chain, not the raw response (`DisplayErrorContext` of the
+/// whole `SdkError` would print its headers and body too, and the Debug
+/// form of the connector's error).
 pub(super) fn causes(err: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     for e in crate::error::sources(err) {
@@ -77,10 +79,13 @@ pub fn answered(
     Error::new(kind, msg)
 }
 
-pub fn map<E>(err: SdkError<E, HttpResponse>, creds: CredentialSource) -> Error
+/// An SDK error of a request `c` sent; a request that never got an
+/// answer names the endpoint it was sent to.
+pub fn map<E>(err: SdkError<E, HttpResponse>, c: &S3Client) -> Error
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
+    let (creds, endpoint) = (c.creds, &c.endpoint);
     let (kind, msg) = match &err {
         SdkError::ServiceError(se) => {
             let code = se.err().code().unwrap_or("");
@@ -93,9 +98,12 @@ where
             };
             return answered(se.raw().status().as_u16(), code, detail, creds);
         }
-        SdkError::TimeoutError(_) => (ErrorKind::Network, "S3 request timed out".to_string()),
+        SdkError::TimeoutError(_) => (
+            ErrorKind::Network,
+            format!("S3 request to {endpoint} timed out"),
+        ),
         SdkError::DispatchFailure(df) => {
-            let text = format!("{}", DisplayErrorContext(&err));
+            let text = causes(&err);
             if no_credentials(&err) {
                 (
                     ErrorKind::Auth,
@@ -104,17 +112,23 @@ where
             } else if crate::io::tls::is_certificate_error(&err) {
                 (ErrorKind::Io, format!("TLS verification failed: {text}"))
             } else if df.is_timeout() || df.is_io() {
-                (ErrorKind::Network, format!("S3 connection failed: {text}"))
+                (
+                    ErrorKind::Network,
+                    format!("S3 connection to {endpoint} failed: {text}"),
+                )
             } else {
-                (ErrorKind::Network, format!("S3 request failed: {text}"))
+                (
+                    ErrorKind::Network,
+                    format!("S3 request to {endpoint} failed: {text}"),
+                )
             }
         }
         SdkError::ResponseError(_) => (
             ErrorKind::Network,
-            format!("bad S3 response: {}", DisplayErrorContext(&err)),
+            format!("bad S3 response: {}", causes(&err)),
         ),
         _ => {
-            let text = format!("{}", DisplayErrorContext(&err));
+            let text = causes(&err);
             let kind = if no_credentials(&err) {
                 ErrorKind::Auth
             } else {
@@ -134,12 +148,40 @@ mod tests {
     use aws_smithy_types::body::SdkBody;
     use aws_smithy_types::error::ErrorMetadata;
 
+    fn client() -> S3Client {
+        let conf = aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .build();
+        S3Client {
+            client: aws_sdk_s3::Client::from_conf(conf),
+            creds: CredentialSource::Explicit,
+            endpoint: "http://127.0.0.1:9".into(),
+        }
+    }
+
     fn answered(status: u16, err: CreateMultipartUploadError) -> Error {
         let raw = HttpResponse::new(StatusCode::try_from(status).unwrap(), SdkBody::empty());
-        map(
-            SdkError::service_error(err, raw),
-            CredentialSource::Explicit,
-        )
+        map(SdkError::service_error(err, raw), &client())
+    }
+
+    #[test]
+    fn a_refused_connection_is_told_in_words() {
+        use aws_smithy_runtime_api::client::result::ConnectorError;
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let err: SdkError<CreateMultipartUploadError, HttpResponse> =
+            SdkError::dispatch_failure(ConnectorError::io(refused.into()));
+        let e = map(err, &client());
+        assert_eq!(e.kind(), ErrorKind::Network);
+        let text = e.to_string();
+        assert!(
+            text.starts_with("S3 connection to http://127.0.0.1:9 failed"),
+            "{text}"
+        );
+        assert!(text.contains("refused"), "{text}");
+        assert!(
+            !text.contains("{ ") && !text.contains("DispatchFailure"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -95,7 +95,7 @@ impl S3Source {
         }
         req.send()
             .await
-            .map_err(|e| errors::map(e, c.creds).with_range(start..end))
+            .map_err(|e| errors::map(e, &c).with_range(start..end))
     }
 }
 
@@ -135,7 +135,7 @@ impl RangedObject for S3Source {
             .key(&self.target.key)
             .send()
             .await
-            .map_err(|e| errors::map(e, c.creds))?;
+            .map_err(|e| errors::map(e, &c))?;
         Ok(Some(Fetched {
             bytes: Vec::new(),
             total: out.content_length().and_then(|l| u64::try_from(l).ok()),

@@ -38,7 +38,7 @@ async fn get_once(
     cancel: &CancelToken,
 ) -> Result<Vec<u8>> {
     let out = c.client.get_object().bucket(&t.bucket).key(&t.key).send();
-    let out = errors::sent(out, c.creds).await?;
+    let out = errors::sent(out, c).await?;
     let declared = out.content_length().and_then(|l| u64::try_from(l).ok());
     // A store that sent no length (or a wrong one) still cannot make us
     // hold more than the limit.
@@ -86,7 +86,7 @@ pub async fn put_body(
             .key(key)
             .content_length(body.len() as i64)
             .body(ByteStream::from(body.clone()));
-        errors::sent(req.send(), c.creds)
+        errors::sent(req.send(), c)
     })
     .await
     .map(|_| ())
@@ -103,7 +103,7 @@ pub async fn delete(
     let c = t.client().await?;
     let done = retrying(policy, cancel, || {
         let req = c.client.delete_object().bucket(&t.bucket).key(&t.key);
-        errors::sent(req.send(), c.creds)
+        errors::sent(req.send(), &c)
     })
     .await;
     match done {

@@ -71,13 +71,14 @@ impl Upload {
         if let Some(id) = &self.upload_id {
             return Ok(id.clone());
         }
-        let S3Client { client, creds } = &self.client;
+        let c = &self.client;
         let out = retrying(&self.policy, &self.cancel, || {
-            let req = client
+            let req = c
+                .client
                 .create_multipart_upload()
                 .bucket(&self.bucket)
                 .key(&self.key);
-            errors::sent(req.send(), *creds)
+            errors::sent(req.send(), c)
         })
         .await?;
         let id = out
@@ -98,7 +99,7 @@ impl Upload {
             .map_err(|_| Error::new(ErrorKind::Io, "upload pool closed"))?;
         let number = self.next_part;
         self.next_part += 1;
-        let S3Client { client, creds } = self.client.clone();
+        let c = self.client.clone();
         let (bucket, key, policy, cancel) = (
             self.bucket.clone(),
             self.key.clone(),
@@ -108,7 +109,8 @@ impl Upload {
         self.tasks.spawn(async move {
             let len = body.len() as i64;
             let out = retrying(&policy, &cancel, || {
-                let req = client
+                let req = c
+                    .client
                     .upload_part()
                     .bucket(&bucket)
                     .key(&key)
@@ -116,7 +118,7 @@ impl Upload {
                     .part_number(number)
                     .content_length(len)
                     .body(ByteStream::from(body.clone()));
-                errors::sent(req.send(), creds)
+                errors::sent(req.send(), &c)
             })
             .await?;
             drop(permit);
@@ -186,7 +188,7 @@ impl Upload {
             )
             .send()
             .await
-            .map_err(|e| errors::map(e, self.client.creds))?;
+            .map_err(|e| errors::map(e, &self.client))?;
         self.upload_id = None;
         Ok(())
     }
