@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 from fault_proxy import FaultProxy, Faults
-from servers import MotoS3, Nginx, S3Store, SeaweedFS, require_binary
+from servers import MotoS3, Nginx, RcloneS3, S3Store, SeaweedFS, require_binary
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # vLLM's config objects and argument parsing need it on a machine without a
@@ -63,6 +63,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "moto: needs moto_server (fails under CI=true when it is missing)"
     )
     config.addinivalue_line(
+        "markers", "rclone: needs rclone (fails under CI=true when it is missing)"
+    )
+    config.addinivalue_line(
         "markers", "gcs: needs fake-gcs-server (fails under CI=true when it is missing)"
     )
 
@@ -105,24 +108,37 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def rclone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RcloneS3]:
+    """``rclone serve s3`` over a temporary folder for the whole session, checking
+    SigV4 signatures (buckets "models" and "public", not anonymously readable)."""
+    binary = require_binary("rclone", os.path.join(os.path.dirname(sys.executable), "rclone"))
+    server = RcloneS3(tmp_path_factory.mktemp("rclone"))
+    try:
+        yield server.start(binary)
+    finally:
+        server.stop()
+
+
 @pytest.fixture(
     params=[
         pytest.param("seaweed", marks=pytest.mark.s3),
         pytest.param("moto", marks=pytest.mark.moto),
+        pytest.param("rclone", marks=pytest.mark.rclone),
     ]
 )
 def s3_server(request: pytest.FixtureRequest) -> S3Store:
-    """Each S3 implementation the S3 tests run against, in turn: SeaweedFS,
-    then moto (tests that need what moto lacks take ``seaweed`` itself)."""
+    """Each S3 implementation the S3 tests run against, in turn: SeaweedFS, moto,
+    rclone (tests that need what moto or rclone lack take ``seaweed`` itself)."""
     server: S3Store = request.getfixturevalue(request.param)
     return server
 
 
 @pytest.fixture
 def s3_server_corpus(request: pytest.FixtureRequest, s3_server: S3Store) -> dict[str, Any]:
-    """The corpus on ``s3_server``: the same s3:// URIs on either server."""
-    name = "s3_corpus" if isinstance(s3_server, SeaweedFS) else "moto_corpus"
-    files: dict[str, Any] = request.getfixturevalue(name)
+    """The corpus on ``s3_server``: the same s3:// URIs on every server."""
+    corpora = {SeaweedFS: "s3_corpus", MotoS3: "moto_corpus", RcloneS3: "rclone_corpus"}
+    files: dict[str, Any] = request.getfixturevalue(corpora[type(s3_server)])
     return files
 
 
@@ -299,6 +315,14 @@ def moto_corpus(moto: MotoS3, corpus: dict[str, Any]) -> dict[str, Any]:
     """The corpus uploaded to moto, at the URIs it has on SeaweedFS."""
     for name, c in corpus.items():
         c.uris["s3"] = moto.upload(c.path, f"corpus/{name}.tensors")
+    return corpus
+
+
+@pytest.fixture(scope="session")
+def rclone_corpus(rclone: RcloneS3, corpus: dict[str, Any]) -> dict[str, Any]:
+    """The corpus uploaded to rclone, at the URIs it has on SeaweedFS."""
+    for name, c in corpus.items():
+        c.uris["s3"] = rclone.upload(c.path, f"corpus/{name}.tensors")
     return corpus
 
 

@@ -18,6 +18,7 @@ from fastshard.bench.servers import (  # noqa: F401 (re-exported for the tests)
     MissingBinary,
     MotoS3,
     Nginx,
+    RcloneS3,
     S3Store,
     SeaweedFS,
     find_binary,

@@ -1,8 +1,8 @@
 """Round trips through real servers: files written by tensorizer and by
-fastshard, uploaded (boto3) to two S3 implementations, SeaweedFS and moto,
-and served by nginx, load from s3:// and http:// bit for bit; fastshard
-saves to s3:// on both and fastshard and the real tensorizer read the
-object back."""
+fastshard, uploaded (boto3) to three S3 implementations, SeaweedFS, moto and
+rclone, and served by nginx, load from s3:// and http:// bit for bit;
+fastshard saves to s3:// on each and fastshard and the real tensorizer read
+the object back."""
 
 from __future__ import annotations
 
@@ -23,13 +23,19 @@ from remote_files import (
 
 import fastshard
 
-# (transport, server): the s3:// URIs are the same on either S3 server.
+# (transport, server): the s3:// URIs are the same on every S3 server.
 TRANSPORTS = [
     pytest.param(("s3", "seaweed"), marks=pytest.mark.s3, id="s3"),
     pytest.param(("s3", "moto"), marks=pytest.mark.moto, id="moto"),
+    pytest.param(("s3", "rclone"), marks=pytest.mark.rclone, id="rclone"),
     pytest.param(("http", "nginx"), marks=pytest.mark.http, id="http"),
 ]
-CORPUS = {"seaweed": "s3_corpus", "moto": "moto_corpus", "nginx": "http_corpus"}
+CORPUS = {
+    "seaweed": "s3_corpus",
+    "moto": "moto_corpus",
+    "rclone": "rclone_corpus",
+    "nginx": "http_corpus",
+}
 SMALL = ["tz-dtypes", "fs-dtypes", "tz-special", "fs-special", "tz-nested", "fs-nested"]
 
 
@@ -134,6 +140,12 @@ def _tensorizer_stream(server, uri: str):
 
 @pytest.mark.parametrize("size", ["small", "multipart"])
 def test_save_to_s3_read_by_fastshard_and_tensorizer(s3_server, tmp_path, size):
+    if size == "multipart" and not s3_server.sdk_multipart_uploads:
+        pytest.skip(
+            f"{type(s3_server).__name__} answers CreateMultipartUpload with XML the AWS SDK "
+            "for Rust refuses (root <InitiateMultipartUpload>, not "
+            "<InitiateMultipartUploadResult>)"
+        )
     sd = save_sources()
     if size == "multipart":
         # Over the 64 MiB upload part: a multipart upload of two parts.

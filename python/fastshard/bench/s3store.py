@@ -1,7 +1,7 @@
 """What every S3 server of the tests and benchmarks shares (SeaweedFS in
-servers.py, moto in moto.py): its endpoint, the fastshard options and the
-boto3 client that reach it with its keys, and uploads, reads and presigned
-URLs through that client."""
+servers.py, moto in moto.py, rclone in rclone.py): its endpoint, the
+fastshard options and the boto3 client that reach it with its keys, and
+uploads, reads and presigned URLs through that client."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ class S3Store:
     bucket: str
     # Whether a presigned URL (query-string SigV4, tensorizer's S3 path) works.
     presigned_urls: bool = True
+    # Whether fastshard's S3 client (the AWS SDK for Rust, which reads the
+    # XML of CreateMultipartUpload's answer strictly) can start a multipart
+    # upload on it: fastshard.save of an object over one 64 MiB part.
+    sdk_multipart_uploads: bool = True
 
     @property
     def endpoint(self) -> str:

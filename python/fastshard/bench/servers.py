@@ -1,9 +1,10 @@
 """Real servers for the S3 and HTTP tests and benchmarks: SeaweedFS
-(``weed server -s3``, here), nginx (HTTP and HTTPS) and a Python HTTP server
-that ignores Range (web.py); the fault-injecting proxy is in tests/fault_proxy.py.
-Every server binds 127.0.0.1 only, lives in a temporary folder, is stopped by
-its PID, and dies with the process that started it (procs.py). The helpers
-are re-exported here, where the tests import them from."""
+(``weed server -s3``, here; moto's and rclone's S3 servers are in moto.py and
+rclone.py), nginx (HTTP and HTTPS) and a Python HTTP server that ignores Range
+(web.py); the fault-injecting proxy is in tests/fault_proxy.py. Every server
+binds 127.0.0.1 only, lives in a temporary folder, is stopped by its PID, and
+dies with the process that started it (procs.py). The helpers are re-exported
+here, where the tests import them from."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from .procs import (
     tail,
     wait_http,
 )
+from .rclone import RcloneS3
 from .s3store import ACCESS_KEY, BUCKET, PUBLIC_BUCKET, SECRET_KEY, S3Store
 from .web import Nginx, no_range_server
 
@@ -43,6 +45,7 @@ __all__ = [
     "MissingBinary",
     "MotoS3",
     "Nginx",
+    "RcloneS3",
     "S3Store",
     "SeaweedFS",
     "find_binary",
