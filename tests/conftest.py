@@ -87,9 +87,14 @@ def seaweed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedFS]:
     """A SeaweedFS S3 server for the whole session (buckets "models", and
     "public" that anonymous clients may read)."""
     weed = require_binary("weed", os.path.join(os.path.dirname(sys.executable), "weed"))
-    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs"))
+    yield from _serving(SeaweedFS(tmp_path_factory.mktemp("seaweedfs")), weed)
+
+
+def _serving(server: Any, binary: str) -> Iterator[Any]:
+    """A session fixture's body: ``server`` started from ``binary``, then
+    stopped."""
     try:
-        yield server.start(weed)
+        yield server.start(binary)
     finally:
         server.stop()
 
@@ -101,11 +106,7 @@ def moto(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
     binary = require_binary(
         "moto_server", os.path.join(os.path.dirname(sys.executable), "moto_server")
     )
-    server = MotoS3(tmp_path_factory.mktemp("moto"))
-    try:
-        yield server.start(binary)
-    finally:
-        server.stop()
+    yield from _serving(MotoS3(tmp_path_factory.mktemp("moto")), binary)
 
 
 @pytest.fixture(scope="session")
@@ -113,11 +114,7 @@ def rclone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RcloneS3]:
     """``rclone serve s3`` over a temporary folder for the whole session, checking
     SigV4 signatures (buckets "models" and "public", not anonymously readable)."""
     binary = require_binary("rclone", os.path.join(os.path.dirname(sys.executable), "rclone"))
-    server = RcloneS3(tmp_path_factory.mktemp("rclone"))
-    try:
-        yield server.start(binary)
-    finally:
-        server.stop()
+    yield from _serving(RcloneS3(tmp_path_factory.mktemp("rclone")), binary)
 
 
 @pytest.fixture(

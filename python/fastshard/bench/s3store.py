@@ -43,6 +43,21 @@ class S3Store:
             **extra,
         }
 
+    def check_rejects_a_wrong_secret(self, what: str) -> None:
+        """A request signed with a wrong secret must fail: the server
+        checks signatures, as the auth tests assume."""
+        from botocore.exceptions import ClientError
+
+        right = self.secret_key
+        self.secret_key = right[::-1]
+        try:
+            self.client().head_bucket(Bucket=self.bucket)
+        except ClientError:
+            return
+        finally:
+            self.secret_key = right
+        raise RuntimeError(f"{what} accepted a wrong secret")
+
     def client(self, endpoint: str | None = None, **config: Any) -> Any:
         import boto3
         from botocore.config import Config
