@@ -241,9 +241,7 @@ def targets_of(
     keys: list[Key | None] = []
     shared: dict[Key, int] = {}
     padded: dict[Key, bool] = {}
-    # Storages that also hold items copied otherwise (a cast carved from
-    # the same block): a run over their padding would write over those.
-    mixed: set[Key] = set()
+    others: list[torch.Tensor] = []  # destinations copied through their view
     for it, dtype in zip(items, dtypes, strict=True):
         dest = it.dest
         # An empty tensor has no address (torch gives 0) and nothing to copy.
@@ -252,7 +250,7 @@ def targets_of(
             continue
         if dest.dtype != dtype or not dest.is_contiguous():
             keys.append(None)
-            mixed.add((dest.device, dest.untyped_storage().data_ptr()))
+            others.append(dest)
             continue
         small = dest.nbytes < DIRECT_BYTES and dest.device.type != "cpu"
         if small and dest._base is None:
@@ -262,6 +260,9 @@ def targets_of(
         keys.append(key)
         shared[key] = shared.get(key, 0) + 1
         padded[key] = padded.get(key, True) and it.carved
+    # Storages that also hold items copied otherwise (a cast carved from
+    # the same block): a run over their padding would write over those.
+    mixed = {(d.device, d.untyped_storage().data_ptr()) for d in others} if shared else set()
     out: list[tuple[int, int, bool] | None] = []
     targets: list[torch.Tensor] = []
     found: dict[Key, int] = {}
@@ -313,12 +314,7 @@ def host_binding(
     for it, dtype, w in zip(items, dtypes, where, strict=True):
         dest = it.dest
         # An item with a byte target is copied by byte ops alone.
-        if (
-            w is not None
-            or dest.device.type != "cpu"
-            or not dest.is_contiguous()
-            or dest.numel() == 0
-        ):
+        if w is not None or not dest.is_cpu or not dest.is_contiguous() or not dest.numel():
             bound_items.append(None)
             continue
         bound_items.append((len(regions), 0, _name(dtype), _name(dest.dtype)))
