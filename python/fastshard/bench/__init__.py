@@ -5,7 +5,8 @@ One library, layered so no module imports one above it:
   command.py    the CLI: ``--preset NAME`` picks a module of presets/, which
                 adds its options, names what it requires, and runs
   presets/      default (every loader on every source), local, remote, tp,
-                trust, network, network-model, ready, staging
+                trust, network, network-model, ready, staging, cast,
+                safetensors, matrix (stores x proxies)
   measure.py    each load in a fresh child (child.py), in alternating rounds;
                 the rank harness (N children released by one barrier)
   loaders.py    the one loader set: fastshard, tensorizer, safetensors, Run:ai
@@ -13,9 +14,9 @@ One library, layered so no module imports one above it:
   workload.py   seeded state dicts, the objects they are written as,
                 tensor-parallel shares, and the one digest (SHA-256)
   sources.py    files, SeaweedFS and nginx on loopback, a user's own object
-  servers.py, web.py, procs.py, shaper.py, served.py
-                the servers (also used by the tests), the shaping proxy, a
-                ``vllm serve`` process
+  servers.py, web.py, procs.py, shaper.py, pyshaper.py, served.py
+                the servers (also used by the tests), the shaping proxies
+                (Rust, and a second one in Python), a ``vllm serve`` process
   report.py, plots.py, machine.py, deps.py, params.py
                 records, tables, PNGs; what the machine is; what is installed
 """

@@ -30,6 +30,7 @@ PRESETS = {
     "staging": ("staging", "what the CUDA staging ring costs on the CPU"),
     "cast": ("cast", "casts on the CPU through the staging engine vs safetensors + cast"),
     "safetensors": ("safetensors", "a .safetensors file and an HF repo: Run:ai, load_file"),
+    "matrix": ("matrix", "stores x proxies: the default against fixed settings and a raw client"),
 }
 EXIT_MISSING = 2
 
