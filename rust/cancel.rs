@@ -2,6 +2,8 @@
 //! the edge (the Python binding turns Ctrl-C into it) and read by opens,
 //! loads, saves and uploads alike.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
@@ -19,6 +21,9 @@ use crate::error::{Error, Result};
 pub struct CancelToken {
     token: CancellationToken,
     deadline: Option<Instant>,
+    // Whether the operation has warned that it is retrying (once, shared
+    // with its children).
+    warned: Arc<AtomicBool>,
 }
 
 impl CancelToken {
@@ -30,6 +35,7 @@ impl CancelToken {
         CancelToken {
             token: self.token.child_token(),
             deadline: self.deadline,
+            warned: Arc::clone(&self.warned),
         }
     }
 
@@ -46,6 +52,12 @@ impl CancelToken {
 
     pub fn deadline(&self) -> Option<Instant> {
         self.deadline
+    }
+
+    /// True the first time it is asked of this token or any of its
+    /// family: the operation's one warning.
+    pub fn first_warning(&self) -> bool {
+        !self.warned.swap(true, Ordering::Relaxed)
     }
 
     pub fn past_deadline(&self) -> bool {

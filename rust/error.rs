@@ -139,6 +139,13 @@ impl Error {
         self
     }
 
+    /// The same error, its message rewritten by `f` (context, kind, reason
+    /// and source kept): a retry loop saying how long it tried.
+    pub fn reworded(mut self, f: impl FnOnce(&str) -> String) -> Self {
+        self.message = f(&self.message);
+        self
+    }
+
     pub fn with_reason(mut self, reason: Reason) -> Self {
         self.reason = Some(reason);
         self

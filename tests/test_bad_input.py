@@ -3,6 +3,7 @@ they do not fit the file."""
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 import struct
@@ -238,20 +239,41 @@ def test_meta_model_untouched_on_mismatch(tz_write):
     assert all(p.is_meta for p in dst.parameters())
 
 
-def test_an_unreachable_s3_endpoint_is_named_and_told_in_words():
+def test_an_unreachable_s3_endpoint_is_named_and_told_in_words(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     from servers import free_port
 
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: refused at once
-    with pytest.raises(fastshard.StorageError) as info:
-        fastshard.load_state_dict(
-            "s3://models/m.tensors",
-            s3_endpoint=dead,
-            s3_access_key_id="key",
-            s3_secret_access_key="secret",
-            deadline_seconds=2,
-        )
+    with caplog.at_level(logging.WARNING, logger="fastshard"):
+        with pytest.raises(fastshard.StorageError) as info:
+            fastshard.load_state_dict(
+                "s3://models/m.tensors",
+                s3_endpoint=dead,
+                s3_access_key_id="key",
+                s3_secret_access_key="secret",
+                # Long enough that retries outlast the first second (the
+                # client's set-up takes part of it), when the warning comes.
+                deadline_seconds=6,
+            )
     text = str(info.value)
-    assert f"S3 connection to {dead} failed" in text, text
-    assert "refused" in text.lower() and "s3://models/m.tensors" in text, text
+    assert "s3://models/m.tensors" in text, text
+    # How long it tried, and the last attempt's failure in words (unless
+    # the deadline cut that attempt short).
+    tried = re.search(r"(deadline passed after|gave up after \d+ attempts in) \d+\.\d s", text)
+    assert tried, text
+    last = text[tried.end() :]
+    assert (
+        f"S3 connection to {dead} failed" in last
+        and "refused" in last.lower()
+        or "deadline passed while waiting for the server" in last
+    ), text
     # No Debug dump of the SDK's types.
     assert "{ " not in text and "DispatchFailure" not in text and "secret" not in text, text
+    # While it retried, one warning said so, naming the endpoint.
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1, [r.getMessage() for r in warned]
+    said = warned[0].getMessage()
+    assert warned[0].name.startswith("fastshard"), warned[0].name
+    assert f"S3 connection to {dead} failed" in said and "retrying (attempt" in said, said
+    assert "{ " not in said and "secret" not in said, said

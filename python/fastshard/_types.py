@@ -8,7 +8,7 @@ import what imports this.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -69,7 +69,12 @@ class LoadStats:
     the others' batches where they were fetched), ``"collective"`` (the
     group's all-to-all), ``""`` for a load that exchanged nothing.
     ``bytes_from_cache``: bytes read from the node's cache (``cache_dir``)
-    instead of the store (not in ``bytes_fetched`` either)."""
+    instead of the store (not in ``bytes_fetched`` either).
+    ``adaptations``: what the reads decided on their own about the requests
+    they sent (more in flight, parts joined into larger requests, parts
+    sent again to a store that serves requests in turn), each with the
+    throughput before and after it and whether it was kept or undone for
+    making the load slower; also logged at DEBUG under ``fastshard.exec``."""
 
     bytes_fetched: int = 0
     bytes_wanted: int = 0
@@ -89,9 +94,10 @@ class LoadStats:
     bytes_received: int = 0
     bytes_from_cache: int = 0
     exchange: str = ""
+    adaptations: list[str] = field(default_factory=list)
 
     @classmethod
-    def of_native(cls, raw: Mapping[str, float]) -> LoadStats:
+    def of_native(cls, raw: Mapping[str, Any]) -> LoadStats:
         """The stats of one native load (``_native.Reader.load``'s dict)."""
         seconds = float(raw.get("seconds", 0.0))
         return cls(
@@ -104,6 +110,7 @@ class LoadStats:
             concurrency=int(raw.get("concurrency", 0)),
             fetch_seconds=seconds,
             bytes_from_cache=int(raw.get("bytes_from_cache", 0)),
+            adaptations=[str(a) for a in raw.get("adaptations", [])],
         )
 
     def add(self, other: LoadStats, held: int = 0) -> None:
@@ -118,6 +125,7 @@ class LoadStats:
         self.bytes_received += other.bytes_received
         self.bytes_from_cache += other.bytes_from_cache
         self.exchange = self.exchange or other.exchange
+        self.adaptations += other.adaptations
         self.fetch_seconds += other.fetch_seconds
         self.copy_seconds += other.copy_seconds
         self.peak_host_bytes = max(self.peak_host_bytes, other.peak_host_bytes + held)

@@ -58,14 +58,23 @@ impl Growth {
         self
     }
 
-    #[cfg(test)]
     pub fn limit(&self) -> usize {
         self.limit
     }
 
+    /// The growth to `limit` was judged to have slowed the load: back to
+    /// `from`, and no more growing. Returns how many requests fewer.
+    pub fn undo(&mut self, from: usize) -> usize {
+        let fewer = self.limit.saturating_sub(from);
+        self.limit -= fewer;
+        self.growing = false;
+        fewer
+    }
+
     /// Records one completed part of `bytes`; returns how many requests
-    /// may be added to the limit now.
-    pub fn completed(&mut self, bytes: u64, now: Instant) -> usize {
+    /// may be added to the limit now. While `may_grow` is false (the last
+    /// growth awaits its verdict) rounds are measured but add nothing.
+    pub fn completed(&mut self, bytes: u64, now: Instant, may_grow: bool) -> usize {
         if !self.growing {
             return 0;
         }
@@ -82,6 +91,10 @@ impl Growth {
         if self.target.is_some_and(|t| rate >= t) {
             // Fast enough: more requests would only load the store.
             self.growing = false;
+            return 0;
+        }
+        if !may_grow {
+            self.last_rate = rate;
             return 0;
         }
         if self.last_rate > 0.0 && rate < self.last_rate * GAIN {
@@ -118,7 +131,7 @@ mod tests {
                 if i == limit - 1 {
                     now += per_part;
                 }
-                added += g.completed(part, now);
+                added += g.completed(part, now, true);
             }
             if added > 0 {
                 seen.push(g.limit());
@@ -151,9 +164,42 @@ mod tests {
         // 8 parts of 10 MB in 0.2 s: 400 MB/s, past the target: no growth.
         for _ in 0..8 {
             now += Duration::from_millis(25);
-            assert_eq!(g.completed(10_000_000, now), 0);
+            assert_eq!(g.completed(10_000_000, now, true), 0);
         }
         assert_eq!(g.limit(), 8);
+    }
+
+    #[test]
+    fn an_undone_growth_goes_back_and_stays() {
+        let mut now = Instant::now();
+        let mut g = Growth::new(4, 64, now);
+        for _ in 0..4 {
+            now += std::time::Duration::from_millis(10);
+            g.completed(1_000_000, now, true);
+        }
+        assert_eq!(g.limit(), 8);
+        assert_eq!(g.undo(4), 4);
+        assert_eq!(g.limit(), 4);
+        for _ in 0..40 {
+            now += std::time::Duration::from_millis(1);
+            assert_eq!(g.completed(1_000_000, now, true), 0);
+        }
+    }
+
+    #[test]
+    fn a_growth_awaiting_its_verdict_holds() {
+        let mut now = Instant::now();
+        let mut g = Growth::new(2, 64, now);
+        for _ in 0..20 {
+            now += std::time::Duration::from_millis(1);
+            assert_eq!(g.completed(1_000_000, now, false), 0);
+        }
+        assert_eq!(g.limit(), 2);
+        // Free again: it doubles after a round, measured from the last.
+        now += std::time::Duration::from_millis(1);
+        g.completed(1_000_000, now, true);
+        now += std::time::Duration::from_millis(1);
+        assert_eq!(g.completed(1_000_000, now, true), 0, "equal rate: no gain");
     }
 
     #[test]

@@ -8,20 +8,20 @@
 //! owns.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinError, JoinSet};
 
-use super::adapt::Growth;
 use super::budget::{budget_cap, budget_units, fits_joined};
+use super::control::Control;
 use super::options::{ExecOptions, ExecStats};
 use super::sizing::{PartQueue, Sizer};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::io::{OnFirstByte, PartJob, PartSource, PartStats};
+use crate::io::{PartJob, PartSource, PartStats};
 use crate::plan::{Part, ReadPlan};
 
 /// `FASTSHARD_POPULATE=0` turns populating ahead off (to measure it, or on a
@@ -54,6 +54,7 @@ pub async fn execute<S: PartSource + ?Sized>(
         seconds: started.elapsed().as_secs_f64(),
         peak_staging: run.gauges.peak_staged.load(Ordering::SeqCst),
         max_in_flight: run.gauges.max_in_flight.load(Ordering::SeqCst),
+        adaptations: run.control.adaptations(),
     })
 }
 
@@ -77,12 +78,10 @@ struct Run<S: ?Sized> {
     /// shared.
     outer: CancelToken,
     stop: CancelToken,
-    permits: Arc<Semaphore>,
     /// The staging budget in `BUDGET_UNIT`s, and its semaphore.
     budget_cap: Option<u64>,
     budget: Option<Arc<Semaphore>>,
-    growth: Arc<Mutex<Growth>>,
-    sizer: Option<Arc<Mutex<Sizer>>>,
+    control: Arc<Control>,
     queue: PartQueue,
     /// Numbers the parts sent, for the sizer's account of them.
     sent: u64,
@@ -116,13 +115,7 @@ impl<S: PartSource + ?Sized> Run<S> {
         cancel: &CancelToken,
         parts: Vec<Part>,
     ) -> Run<S> {
-        let start = opts.concurrency.max(1);
-        let now = Instant::now();
-        let growth = Growth::new(start, opts.max_concurrency.unwrap_or(start), now)
-            .with_target(opts.throughput_target);
-        let sizer = opts
-            .join_up_to
-            .map(|max| Arc::new(Mutex::new(Sizer::new(max, start as u64, now))));
+        let control = Control::new(&opts, Instant::now());
         Run {
             populate: source.populates_ahead() && populate_enabled(),
             source,
@@ -130,12 +123,10 @@ impl<S: PartSource + ?Sized> Run<S> {
             opts,
             outer: cancel.clone(),
             stop: cancel.child(),
-            permits: Arc::new(Semaphore::new(start)),
             budget_cap: budget,
             budget: budget.map(|cap| Arc::new(Semaphore::new(cap as usize))),
-            growth: Arc::new(Mutex::new(growth)),
-            queue: PartQueue::new(parts, sizer.clone()),
-            sizer,
+            queue: PartQueue::new(parts, control.sizer()),
+            control: Arc::new(control),
             sent: 0,
             gauges: Arc::default(),
             tasks: JoinSet::new(),
@@ -155,7 +146,7 @@ impl<S: PartSource + ?Sized> Run<S> {
                     Some(res) => self.record(res),
                     None if self.queue.is_empty() => break,
                     // Nothing left running, so nothing is on its way back.
-                    None => self.with_sizer(Sizer::returned_all),
+                    None => self.control.with_sizer(Sizer::returned_all),
                 }
                 continue;
             }
@@ -176,6 +167,9 @@ impl<S: PartSource + ?Sized> Run<S> {
             let Some(part) = self.queue.next(joinable) else {
                 continue;
             };
+            if let Some(change) = self.queue.take_decision() {
+                self.control.queue_decided(change, part.len());
+            }
             self.gate(&part).await;
             let need = self.source.staging_bytes(&part);
             let room = self.room(need).await;
@@ -228,7 +222,7 @@ impl<S: PartSource + ?Sized> Run<S> {
     }
 
     async fn permit(&mut self) -> Option<OwnedSemaphorePermit> {
-        let permits = Arc::clone(&self.permits);
+        let permits = self.control.permits();
         self.reaping(permits.acquire_owned()).await.ok()
     }
 
@@ -257,18 +251,8 @@ impl<S: PartSource + ?Sized> Run<S> {
         self.reaping(budget.acquire_many_owned(units)).await.ok()
     }
 
-    /// Whether parts cancelled to be sent again are still on their way
-    /// back (see `Sizer::returning`).
     fn returning(&self) -> bool {
-        self.sizer
-            .as_ref()
-            .is_some_and(|s| s.lock().unwrap_or_else(|p| p.into_inner()).returning())
-    }
-
-    fn with_sizer(&self, f: impl FnOnce(&mut Sizer)) {
-        if let Some(s) = &self.sizer {
-            f(&mut s.lock().unwrap_or_else(|p| p.into_inner()));
-        }
+        self.control.returning()
     }
 
     /// Folds a finished part into the totals, or puts it back in the queue
@@ -276,7 +260,7 @@ impl<S: PartSource + ?Sized> Run<S> {
     /// rest.
     fn record(&mut self, res: std::result::Result<Ended, JoinError>) {
         if let Ok(Ended { alone: true, .. }) = &res {
-            self.with_sizer(Sizer::returned);
+            self.control.with_sizer(Sizer::returned);
         }
         let res = match res {
             Ok(Ended {
@@ -338,19 +322,8 @@ impl<S: PartSource + ?Sized> Run<S> {
         // Each part can be cancelled alone, to be sent again (`queueing`).
         let (id, token) = (self.sent, self.stop.child());
         self.sent += 1;
-        let again = self.sizer.as_ref().map(|_| part.clone());
-        let on_first_byte = self.sizer.as_ref().map(|sizer| {
-            let sizer = Arc::clone(sizer);
-            sizer
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .sent(id, token.clone());
-            let f: OnFirstByte = Arc::new(move |waited| {
-                let mut s = sizer.lock().unwrap_or_else(|p| p.into_inner());
-                s.first_byte(id, waited);
-            });
-            f
-        });
+        let on_first_byte = self.control.sent(id, &token);
+        let again = on_first_byte.as_ref().map(|_| part.clone());
         let fut = Arc::clone(&self.source).read_part(PartJob {
             part,
             dest: Arc::clone(&self.dest),
@@ -360,8 +333,7 @@ impl<S: PartSource + ?Sized> Run<S> {
         let stop = self.stop.clone();
         let in_flight = gauges.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         gauges.max_in_flight.fetch_max(in_flight, Ordering::SeqCst);
-        let (growth, permits) = (Arc::clone(&self.growth), Arc::clone(&self.permits));
-        let sizer = self.sizer.clone();
+        let control = Arc::clone(&self.control);
         let started = Instant::now();
         self.tasks.spawn(async move {
             let out = fut.await;
@@ -370,29 +342,7 @@ impl<S: PartSource + ?Sized> Run<S> {
                 let _ = warm.await;
             }
             gauges.in_flight.fetch_sub(1, Ordering::SeqCst);
-            if let Some(sizer) = &sizer {
-                let mut s = sizer.lock().unwrap_or_else(|p| p.into_inner());
-                s.ended(id);
-                if let Ok(PartStats {
-                    first_byte: Some(first_byte),
-                    bytes_fetched,
-                    ..
-                }) = &out
-                {
-                    s.completed(
-                        *bytes_fetched,
-                        *first_byte,
-                        started.elapsed(),
-                        Instant::now(),
-                    );
-                }
-            }
             if out.is_ok() {
-                let more = growth
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .completed(wanted, Instant::now());
-                permits.add_permits(more);
                 if let Some(p) = &progress {
                     p.fetch_add(wanted, Ordering::Relaxed);
                 }
@@ -402,7 +352,7 @@ impl<S: PartSource + ?Sized> Run<S> {
             }
             gauges.staged.fetch_sub(need, Ordering::SeqCst);
             drop(room);
-            drop(permit);
+            control.ended(id, wanted, started, &out, permit);
             // Cancelled alone (not the load): sent again.
             let alone = token.is_cancelled() && !stop.is_cancelled();
             Ended {

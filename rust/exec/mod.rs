@@ -4,8 +4,10 @@
 
 mod adapt;
 mod budget;
+mod control;
 mod executor;
 mod frontier;
+mod judge;
 mod landed;
 mod options;
 mod queueing;

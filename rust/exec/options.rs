@@ -79,7 +79,7 @@ impl std::fmt::Debug for ExecOptions {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExecStats {
     pub bytes_fetched: u64,
     /// Bytes read from the node's cache instead of the store.
@@ -91,4 +91,7 @@ pub struct ExecStats {
     pub peak_staging: u64,
     /// Most requests (parts) in flight at once.
     pub max_in_flight: u64,
+    /// What the executor decided on its own about the requests and each
+    /// decision's verdict, in words (`judge`).
+    pub adaptations: Vec<String>,
 }

@@ -26,6 +26,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::judge::Change;
 use super::queueing::Queueing;
 use crate::cancel::CancelToken;
 use crate::plan::Part;
@@ -55,6 +56,11 @@ pub struct Sizer {
     queueing: Queueing,
     /// Parts cancelled to be sent again whose tasks have not ended yet.
     returning: usize,
+    /// How many parts the in-turn verdict sent again.
+    resent: usize,
+    /// False once joining was judged to have slowed the load (`judge`):
+    /// every part goes as planned from then on.
+    joining: bool,
 }
 
 impl Sizer {
@@ -67,7 +73,15 @@ impl Sizer {
             recent: VecDeque::with_capacity(WINDOW),
             queueing: Queueing::new(wave),
             returning: 0,
+            resent: 0,
+            joining: true,
         }
+    }
+
+    /// Joining (and the in-turn cut) made the load slower: parts go as
+    /// planned for the rest of it.
+    pub fn stop_joining(&mut self) {
+        self.joining = false;
     }
 
     /// Whether parts cancelled to be sent again are still on their way
@@ -118,13 +132,18 @@ impl Sizer {
         });
         // A completed part gives the per-connection rate the sizes below
         // need: the moment to decide whether the first wave queued.
-        self.returning += self.queueing.decide();
+        let resent = self.queueing.decide();
+        self.returning += resent;
+        self.resent += resent;
     }
 
     /// Once the first answers showed the store serving requests in turn:
     /// what cutting the rest of the load needs (see `InTurn::cap`). The
     /// verdict is only taken in `completed`, so a rate has been measured.
     pub fn in_turn(&self) -> Option<InTurn> {
+        if !self.joining {
+            return None;
+        }
         let service = self.queueing.per_request()?;
         Some(InTurn {
             rate: self.per_request_rate(),
@@ -146,7 +165,7 @@ impl Sizer {
     /// takes (median wait x one request's rate), within the tail and `max`.
     /// `None` until enough parts completed.
     pub fn target(&self, queued: u64) -> Option<u64> {
-        if self.recent.len() < MIN_SAMPLES {
+        if self.recent.len() < MIN_SAMPLES || !self.joining {
             return None;
         }
         let mut waits: Vec<f64> = self.recent.iter().map(|s| s.first_byte).collect();
@@ -232,6 +251,10 @@ pub struct PartQueue {
     sizer: Option<Arc<Mutex<Sizer>>>,
     /// The request length once the store showed it serves requests in turn.
     in_turn: Option<u64>,
+    /// Whether a request was joined or cut yet: the first is the decision
+    /// the judge weighs (`take_decision`).
+    changed: bool,
+    decision: Option<Change>,
 }
 
 impl PartQueue {
@@ -242,7 +265,15 @@ impl PartQueue {
             parts: parts.into(),
             sizer,
             in_turn: None,
+            changed: false,
+            decision: None,
         }
+    }
+
+    /// What joining decided since last asked, the first time it did: the
+    /// parts joined into a larger request, or the in-turn cut.
+    pub fn take_decision(&mut self) -> Option<Change> {
+        self.decision.take()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -261,16 +292,24 @@ impl PartQueue {
     /// requests in turn, one length for the rest of the load, chosen the
     /// first time (every part sent back is in the queue then).
     fn target(&mut self) -> Option<u64> {
-        if self.in_turn.is_some() {
-            return self.in_turn;
-        }
         let sizer = Arc::clone(self.sizer.as_ref()?);
         let sizer = sizer.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(turn) = sizer.in_turn() {
-            self.in_turn = Some(turn.cap(&self.parts));
-            return self.in_turn;
+        let Some(turn) = sizer.in_turn() else {
+            // Never decided, or undone.
+            self.in_turn = None;
+            return sizer.target(self.queued);
+        };
+        if self.in_turn.is_none() {
+            let cap = turn.cap(&self.parts);
+            self.in_turn = Some(cap);
+            self.changed = true;
+            self.decision = Some(Change::InTurn {
+                resent: sizer.resent,
+                service: turn.service,
+                cap,
+            });
         }
-        sizer.target(self.queued)
+        self.in_turn
     }
 
     /// The next request: the next planned part, joined with the neighbours
@@ -280,6 +319,7 @@ impl PartQueue {
         let target = self.target();
         let mut part = self.parts.pop_front()?;
         self.queued -= part.len();
+        let planned = part.len();
         let Some(target) = target else {
             return Some(part);
         };
@@ -297,6 +337,13 @@ impl PartQueue {
                 self.parts.push_front(next);
                 break;
             }
+        }
+        if !self.changed && part.len() > planned {
+            self.changed = true;
+            self.decision = Some(Change::Joined {
+                bytes: part.len(),
+                planned,
+            });
         }
         Some(part)
     }

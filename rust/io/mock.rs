@@ -28,6 +28,14 @@ pub struct MockSource {
     /// whether it claims its whole length instead.
     pub staging: u64,
     pub staging_whole: bool,
+    /// A store that slows down when crowded: with more than this many
+    /// requests in flight when one starts, its transfer takes this longer.
+    pub crowded: Option<(usize, Duration)>,
+    /// Requests longer than this many bytes wait this longer for their
+    /// first byte.
+    pub large: Option<(u64, Duration)>,
+    /// Requests that started crowded.
+    pub crowded_starts: AtomicUsize,
     pub in_flight: AtomicUsize,
     pub max_in_flight: AtomicUsize,
     pub finished: AtomicUsize,
@@ -35,6 +43,17 @@ pub struct MockSource {
 }
 
 impl MockSource {
+    /// What crowding adds to a request's transfer.
+    fn crowding(&self, in_flight: usize) -> Duration {
+        match self.crowded {
+            Some((most, slower)) if in_flight > most => {
+                self.crowded_starts.fetch_add(1, Ordering::SeqCst);
+                slower
+            }
+            _ => Duration::ZERO,
+        }
+    }
+
     /// Waits for a slot and the service time, unless cancelled first.
     async fn served(&self, cancel: &crate::cancel::CancelToken) -> Result<()> {
         let Some(slots) = &self.slots else {
@@ -71,12 +90,13 @@ impl PartSource for MockSource {
                 self.in_flight.fetch_sub(1, Ordering::SeqCst);
                 return Err(e);
             }
-            tokio::time::sleep(self.delay).await;
+            let large = self.large.filter(|&(most, _)| part.len() > most);
+            tokio::time::sleep(self.delay + large.map_or(Duration::ZERO, |l| l.1)).await;
             let waited = started.elapsed();
             if let Some(f) = &on_first_byte {
                 f(waited);
             }
-            tokio::time::sleep(self.transfer).await;
+            tokio::time::sleep(self.transfer + self.crowding(now)).await;
             let out = (|| {
                 cancel.check()?;
                 if self.fail_at.contains(&part.start) {

@@ -140,6 +140,7 @@ async fn read_part_retrying<S: RangedObject>(src: &S, job: &PartJob) -> Result<P
     let mut sink = PartSink::new(part, dest, cancel).notifying(on_first_byte.clone());
     let mut stats = PartStats::default();
     let mut attempt = 0u32;
+    let started = std::time::Instant::now();
     loop {
         cancel.check()?;
         attempt += 1;
@@ -157,7 +158,7 @@ async fn read_part_retrying<S: RangedObject>(src: &S, job: &PartJob) -> Result<P
             Err(e) => e,
         };
         let err = err.with_range(part.start..part.end);
-        let delay = policy.next_delay(attempt, err, cancel.deadline())?;
+        let delay = policy.next_delay(attempt, err, cancel, started)?;
         stats.retries += 1;
         policy.wait(delay, cancel).await?;
     }

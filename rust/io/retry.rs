@@ -9,6 +9,10 @@ use rand::Rng;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 
+/// How long a request fails before its operation warns that it is
+/// retrying.
+pub const WARN_AFTER: Duration = Duration::from_secs(1);
+
 #[derive(Debug, Clone, Copy)]
 pub struct RetryPolicy {
     /// Attempts per part, the first included.
@@ -45,29 +49,54 @@ impl RetryPolicy {
         Duration::from_nanos(rand::rng().random_range(0..=nanos))
     }
 
-    /// Decides after failed attempt number `attempt` (1-based): the delay to
-    /// wait, or the error to give up with. A retry that would end past the
-    /// operation's deadline is not started.
+    /// Decides after failed attempt number `attempt` (1-based) of a request
+    /// first sent at `started`: the delay to wait, or the error to give up
+    /// with, saying how long it tried. A retry that would end past the
+    /// operation's deadline is not started. An operation that will still be
+    /// failing after [`WARN_AFTER`] says so once, before that wait, at
+    /// WARNING, with the error (which names the endpoint, the object and
+    /// the range): a store that cannot be reached is otherwise silent until
+    /// the deadline.
     pub fn next_delay(
         &self,
         attempt: u32,
         err: Error,
-        deadline: Option<Instant>,
+        cancel: &CancelToken,
+        started: Instant,
     ) -> Result<Duration> {
-        if !is_transient(err.kind()) || attempt >= self.max_attempts {
+        if !is_transient(err.kind()) {
             return Err(err);
         }
+        let spent = started.elapsed();
+        let secs = spent.as_secs_f64();
+        if attempt >= self.max_attempts {
+            return Err(
+                err.reworded(|m| format!("gave up after {attempt} attempts in {secs:.1} s: {m}"))
+            );
+        }
         let delay = self.backoff(attempt);
-        if deadline.is_some_and(|d| Instant::now() + delay >= d) {
-            let msg = format!("deadline passed while retrying: {}", err.message());
-            let mut out = Error::new(err.kind(), msg);
-            if let Some(r) = err.range() {
-                out = out.with_range(r);
-            }
-            if let Some(t) = err.tensor() {
-                out = out.with_tensor(t);
-            }
-            return Err(out);
+        if cancel
+            .deadline()
+            .is_some_and(|d| Instant::now() + delay >= d)
+        {
+            return Err(
+                err.reworded(|m| format!("deadline passed after {secs:.1} s of retries: {m}"))
+            );
+        }
+        if spent + delay >= WARN_AFTER && cancel.first_warning() {
+            let left = cancel
+                .deadline()
+                .map(|d| {
+                    format!(
+                        " ({:.0} s left)",
+                        d.saturating_duration_since(Instant::now()).as_secs_f64()
+                    )
+                })
+                .unwrap_or_default();
+            log::warn!(
+                "{err}; retrying (attempt {attempt} failed after {secs:.1} s, next in {:.1} s){left}",
+                delay.as_secs_f64()
+            );
         }
         Ok(delay)
     }
@@ -95,12 +124,13 @@ where
     Fut: std::future::Future<Output = Result<T>>,
 {
     let mut attempt = 0;
+    let started = Instant::now();
     loop {
         attempt += 1;
         match bounded(request(), cancel).await {
             Ok(v) => return Ok(v),
             Err(e) => {
-                let delay = policy.next_delay(attempt, e, cancel.deadline())?;
+                let delay = policy.next_delay(attempt, e, cancel, started)?;
                 policy.wait(delay, cancel).await?;
             }
         }
@@ -142,10 +172,15 @@ mod tests {
     fn only_transient_errors_retry() {
         let p = RetryPolicy::default();
         assert!(p
-            .next_delay(1, Error::new(ErrorKind::Network, "reset"), None)
+            .next_delay(1, Error::new(ErrorKind::Network, "reset"), &none(), now())
             .is_ok());
         assert!(p
-            .next_delay(1, Error::new(ErrorKind::Throttled, "slow down"), None)
+            .next_delay(
+                1,
+                Error::new(ErrorKind::Throttled, "slow down"),
+                &none(),
+                now()
+            )
             .is_ok());
         for kind in [
             ErrorKind::Auth,
@@ -153,7 +188,9 @@ mod tests {
             ErrorKind::Changed,
             ErrorKind::Format,
         ] {
-            let e = p.next_delay(1, Error::new(kind, "no"), None).unwrap_err();
+            let e = p
+                .next_delay(1, Error::new(kind, "no"), &none(), now())
+                .unwrap_err();
             assert_eq!(e.kind(), kind);
         }
     }
@@ -165,22 +202,61 @@ mod tests {
             ..Default::default()
         };
         assert!(p
-            .next_delay(2, Error::new(ErrorKind::Network, "x"), None)
+            .next_delay(2, Error::new(ErrorKind::Network, "x"), &none(), now())
             .is_ok());
-        assert!(p
-            .next_delay(3, Error::new(ErrorKind::Network, "x"), None)
-            .is_err());
-        let passed = Some(Instant::now());
+        let e = p
+            .next_delay(3, Error::new(ErrorKind::Network, "x"), &none(), now())
+            .unwrap_err();
+        assert!(
+            e.message()
+                .starts_with("gave up after 3 attempts in 0.0 s: x"),
+            "{e}"
+        );
+        let passed = CancelToken::new().child_with_budget(Some(Duration::ZERO));
+        let started = Instant::now() - Duration::from_millis(2500);
         let e = p
             .next_delay(
                 1,
                 Error::new(ErrorKind::Throttled, "x").with_range(1..2),
-                passed,
+                &passed,
+                started,
             )
             .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Throttled);
-        assert!(e.message().contains("deadline"));
+        assert!(
+            e.message()
+                .contains("deadline passed after 2.5 s of retries"),
+            "{e}"
+        );
         assert_eq!(e.range(), Some(1..2));
+    }
+
+    #[test]
+    fn an_operation_warns_once_that_it_is_retrying() {
+        let p = RetryPolicy::default();
+        let load = CancelToken::new();
+        let part = load.child();
+        let early = Instant::now();
+        let late = Instant::now() - WARN_AFTER;
+        let e = || Error::new(ErrorKind::Network, "refused");
+        // Too early to warn: the flag is still free afterwards.
+        p.next_delay(1, e(), &part, early).unwrap();
+        assert!(part.child().first_warning());
+        assert!(!load.first_warning() && !part.first_warning());
+        let fresh = CancelToken::new();
+        p.next_delay(5, e(), &fresh.child(), late).unwrap();
+        assert!(
+            !fresh.first_warning(),
+            "the late failure warned and took the flag"
+        );
+    }
+
+    fn none() -> CancelToken {
+        CancelToken::new()
+    }
+
+    fn now() -> Instant {
+        Instant::now()
     }
 
     #[test]

@@ -33,6 +33,16 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(objects::delete_object, m)?)?;
     m.add("SOURCE_OPTIONS", options::KNOWN.to_vec())?;
     m.add("STAGE_ALIGN", crate::stage::ALIGN)?;
+    // The crate's `log` records go to Python's `logging`, under loggers
+    // named after their Rust module ("fastshard.io.retry"). Loggers are
+    // cached, levels are not: a level set after import still applies.
+    // Dependencies' records (rustls logs every handshake at DEBUG) stay
+    // out below WARNING: each record takes the GIL. Another logger
+    // installed first (a second import) keeps its place.
+    let logger = pyo3_log::Logger::new(m.py(), pyo3_log::Caching::Loggers)?
+        .filter(log::LevelFilter::Warn)
+        .filter_target("fastshard".to_owned(), log::LevelFilter::Debug);
+    let _ = logger.install();
     Ok(())
 }
 

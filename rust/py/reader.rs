@@ -315,6 +315,7 @@ pub(super) fn stats_dict<'py>(
     d.set_item("concurrency", stats.concurrency)?;
     d.set_item("peak_host_bytes", stats.peak_host_bytes)?;
     d.set_item("bytes_from_cache", stats.bytes_from_cache)?;
+    d.set_item("adaptations", stats.adaptations.clone())?;
     Ok(d)
 }
 

@@ -238,3 +238,14 @@ fn ops_tuple<'py>(py: Python<'py>, ops: &BatchOps) -> PyResult<Bound<'py, PyTupl
     }
     PyTuple::new(py, [bytes.into_any(), items.into_any()])
 }
+
+impl Drop for Staging {
+    /// A load dropped without `close` (an exception between batches)
+    /// joins its reads here, and a read that is logging a warning waits
+    /// for the GIL (see `_native`'s logger): join them without it.
+    fn drop(&mut self) {
+        if let Some(running) = self.running.take() {
+            Python::attach(|py| py.detach(|| drop(running)));
+        }
+    }
+}

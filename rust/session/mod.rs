@@ -41,7 +41,7 @@ pub struct LoadOptions {
     pub progress: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct LoadStats {
     pub bytes_fetched: u64,
     /// Bytes that landed in a destination or record header: what the load
@@ -60,6 +60,9 @@ pub struct LoadStats {
     /// Bytes read from the node's cache (`SourceOptions::cache_dir`)
     /// instead of the store; `bytes_fetched` counts the store's alone.
     pub bytes_from_cache: u64,
+    /// The executor's own decisions about the requests (more in flight,
+    /// joined, sent again) and whether each was kept or undone.
+    pub adaptations: Vec<String>,
 }
 
 /// One file of an opened set: where it is, its index and its size.

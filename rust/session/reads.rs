@@ -147,6 +147,7 @@ pub(super) fn load_stats(
         concurrency: exec.max_in_flight as usize,
         peak_host_bytes: header_bytes + exec.peak_staging,
         bytes_from_cache: exec.bytes_from_cache,
+        adaptations: exec.adaptations.clone(),
     }
 }
 

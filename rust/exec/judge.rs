@@ -1,0 +1,346 @@
+//! Every decision the executor takes on its own (more requests in flight,
+//! parts joined into larger requests, parts sent again to a store that
+//! serves them in turn) is a guess from the first answers, and a link or a
+//! store it was not tuned on can make it a bad one. So each is judged
+//! afterwards by what it did to the load: the rate bytes completed at over
+//! a window of `settle` bytes before it, against the rate over the same
+//! number of bytes after it, once another `settle` bytes have completed
+//! (the requests in flight when it was taken, which the decision did not
+//! shape). A decision after which the load ran slower is undone, once and
+//! for good: an undone decision is never taken again in the same load, so
+//! a load cannot swing between two settings.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::time::Instant;
+
+/// A decision is undone when the load ran at less than this times its
+/// rate before: below the noise of a loaded host, which a decision that
+/// changed nothing must not be undone for.
+const SLOWER: f64 = 0.85;
+/// Completions remembered for measuring the rate before a decision.
+const HISTORY: usize = 4096;
+
+/// What the executor changed about the requests it sends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Change {
+    /// More requests in flight.
+    Grew { from: usize, to: usize },
+    /// Queued parts joined into requests of about `bytes` (from `planned`).
+    Joined { bytes: u64, planned: u64 },
+    /// The first answers came one `service` (seconds) apart: `resent`
+    /// parts that had not begun to arrive were sent again and the rest of
+    /// the load cut into requests of up to `cap` bytes.
+    InTurn {
+        resent: usize,
+        service: f64,
+        cap: u64,
+    },
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Change::Grew { from, to } => write!(f, "requests in flight {from} -> {to}"),
+            Change::Joined { bytes, planned } => {
+                write!(
+                    f,
+                    "parts joined: requests of {bytes} bytes (planned {planned})"
+                )
+            }
+            Change::InTurn {
+                resent,
+                service,
+                cap,
+            } => write!(
+                f,
+                "store serves requests in turn ({:.0} ms each): {resent} parts sent \
+                 again, requests of up to {cap} bytes",
+                service * 1e3
+            ),
+        }
+    }
+}
+
+/// One decision and its verdict, as `LoadStats.adaptations` tells it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Adaptation {
+    pub change: Change,
+    /// Bytes a second over the window before the decision.
+    pub before: f64,
+    /// Bytes a second over the window after it; `None` while pending, or
+    /// when the load ended first.
+    pub after: Option<f64>,
+    pub undone: bool,
+}
+
+impl fmt::Display for Adaptation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mb = |r: f64| r / 1e6;
+        write!(f, "{}: {:.1} MB/s before", self.change, mb(self.before))?;
+        match (self.after, self.undone) {
+            (Some(after), true) => write!(f, ", {:.1} MB/s after: undone", mb(after)),
+            (Some(after), false) => write!(f, ", {:.1} MB/s after: kept", mb(after)),
+            (None, _) => write!(f, ", not judged (the load ended first)"),
+        }
+    }
+}
+
+/// A decision waiting for its verdict.
+#[derive(Debug)]
+struct Pending {
+    /// Its place in `Judge::log`.
+    entry: usize,
+    /// Bytes completed when it was taken.
+    done_at: u64,
+    settle: u64,
+    /// When `settle` more bytes had completed: the after window's start.
+    settled: Option<(Instant, u64)>,
+}
+
+/// The decisions of one load and the rate measurements that judge them.
+#[derive(Debug)]
+pub struct Judge {
+    started: Instant,
+    /// Bytes completed so far.
+    done: u64,
+    /// `(when, done)` after each recent completion.
+    history: VecDeque<(Instant, u64)>,
+    pending: Vec<Pending>,
+    log: Vec<Adaptation>,
+}
+
+impl Judge {
+    pub fn new(now: Instant) -> Judge {
+        Judge {
+            started: now,
+            done: 0,
+            history: VecDeque::new(),
+            pending: Vec::new(),
+            log: Vec::new(),
+        }
+    }
+
+    /// Whether a decision still waits for its verdict: another of the same
+    /// kind would be judged against a window the first one shaped.
+    pub fn busy(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// `change` was taken now, with about `settle` bytes in flight.
+    pub fn decided(&mut self, change: Change, settle: u64, now: Instant) {
+        let settle = settle.max(1);
+        let before = self.rate_over_last(settle, now);
+        log::debug!(
+            "{change}, at {:.1} MB/s over the last {settle} bytes; judged after {} more",
+            before / 1e6,
+            2 * settle
+        );
+        self.pending.push(Pending {
+            entry: self.log.len(),
+            done_at: self.done,
+            settle,
+            settled: None,
+        });
+        self.log.push(Adaptation {
+            change,
+            before,
+            after: None,
+            undone: false,
+        });
+    }
+
+    /// Bytes a second over the most recent `bytes` completed (or since the
+    /// load began, when fewer have).
+    fn rate_over_last(&self, bytes: u64, now: Instant) -> f64 {
+        let floor = self.done.saturating_sub(bytes);
+        let (when, from) = self
+            .history
+            .iter()
+            .rev()
+            .find(|&&(_, d)| d <= floor)
+            .copied()
+            .unwrap_or((self.started, 0));
+        rate(self.done - from, now.duration_since(when).as_secs_f64())
+    }
+
+    /// `bytes` more completed now; returns the decisions to undo.
+    pub fn completed(&mut self, bytes: u64, now: Instant) -> Vec<Change> {
+        self.done += bytes;
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back((now, self.done));
+        let mut undo = Vec::new();
+        let done = self.done;
+        let log = &mut self.log;
+        self.pending.retain_mut(|p| {
+            let (since, from) = match p.settled {
+                Some(s) => s,
+                None if done >= p.done_at + p.settle => {
+                    p.settled = Some((now, done));
+                    return true;
+                }
+                None => return true,
+            };
+            if done < from + p.settle {
+                return true;
+            }
+            let after = rate(done - from, now.duration_since(since).as_secs_f64());
+            let a = &mut log[p.entry];
+            a.after = Some(after);
+            a.undone = after < a.before * SLOWER;
+            log::debug!("{a}");
+            if a.undone {
+                undo.push(a.change);
+            }
+            false
+        });
+        undo
+    }
+
+    /// Every decision of the load, in order, as told to the user.
+    pub fn adaptations(&self) -> Vec<String> {
+        self.log.iter().map(ToString::to_string).collect()
+    }
+
+    #[cfg(test)]
+    pub fn log(&self) -> &[Adaptation] {
+        &self.log
+    }
+}
+
+fn rate(bytes: u64, seconds: f64) -> f64 {
+    bytes as f64 / seconds.max(1e-6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const MB: u64 = 1_000_000;
+
+    /// Completes `n` parts of 1 MB at `rate` bytes a second from `now`.
+    fn run(j: &mut Judge, now: &mut Instant, n: usize, rate: f64) -> Vec<Change> {
+        let mut undo = Vec::new();
+        for _ in 0..n {
+            *now += Duration::from_secs_f64(MB as f64 / rate);
+            undo.extend(j.completed(MB, *now));
+        }
+        undo
+    }
+
+    #[test]
+    fn a_decision_that_slowed_the_load_is_undone() {
+        let mut now = Instant::now();
+        let mut j = Judge::new(now);
+        run(&mut j, &mut now, 20, 400e6);
+        let grew = Change::Grew { from: 8, to: 16 };
+        j.decided(grew, 8 * MB, now);
+        assert!(j.busy());
+        // The 8 MB in flight complete at the old rate, then it halves.
+        assert!(run(&mut j, &mut now, 8, 400e6).is_empty());
+        assert!(run(&mut j, &mut now, 7, 200e6).is_empty());
+        assert_eq!(run(&mut j, &mut now, 1, 200e6), vec![grew]);
+        assert!(!j.busy());
+        let a = &j.log()[0];
+        assert!(a.undone && (a.before - 400e6).abs() < 1e3, "{a:?}");
+        let said = j.adaptations()[0].clone();
+        assert!(
+            said.ends_with("400.0 MB/s before, 200.0 MB/s after: undone"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn a_decision_that_helped_or_changed_nothing_is_kept() {
+        for (after, kept) in [(800e6, true), (380e6, true)] {
+            let mut now = Instant::now();
+            let mut j = Judge::new(now);
+            run(&mut j, &mut now, 10, 400e6);
+            j.decided(
+                Change::Joined {
+                    bytes: 4 * MB,
+                    planned: MB,
+                },
+                4 * MB,
+                now,
+            );
+            assert!(run(&mut j, &mut now, 12, after).is_empty());
+            assert_eq!(j.log()[0].undone, !kept);
+            assert!(!j.busy());
+        }
+    }
+
+    #[test]
+    fn the_rate_before_covers_the_window_not_the_whole_load() {
+        let mut now = Instant::now();
+        let mut j = Judge::new(now);
+        // A slow start (first-byte latency), then 1 GB/s: the window of the
+        // last 4 MB sees 1 GB/s.
+        run(&mut j, &mut now, 4, 50e6);
+        run(&mut j, &mut now, 8, 1e9);
+        j.decided(Change::Grew { from: 4, to: 8 }, 4 * MB, now);
+        assert!((j.log()[0].before - 1e9).abs() < 1e3, "{:?}", j.log());
+        // With less history than the window, the rate since the start.
+        let start = Instant::now();
+        let mut j = Judge::new(start);
+        j.completed(MB, start + Duration::from_millis(10));
+        j.decided(
+            Change::Grew { from: 1, to: 2 },
+            8 * MB,
+            start + Duration::from_millis(10),
+        );
+        assert!((j.log()[0].before - 100e6).abs() < 1e3, "{:?}", j.log());
+    }
+
+    #[test]
+    fn a_load_that_ends_first_leaves_the_decision_unjudged() {
+        let now = Instant::now();
+        let mut j = Judge::new(now);
+        j.decided(
+            Change::InTurn {
+                resent: 60,
+                service: 0.1,
+                cap: 8 * MB,
+            },
+            16 * MB,
+            now,
+        );
+        j.completed(MB, now + Duration::from_millis(5));
+        let said = &j.adaptations()[0];
+        assert!(
+            said.contains("in turn (100 ms each): 60 parts sent again"),
+            "{said}"
+        );
+        assert!(
+            said.ends_with("not judged (the load ended first)"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn decisions_are_judged_each_on_its_own_window() {
+        let mut now = Instant::now();
+        let mut j = Judge::new(now);
+        run(&mut j, &mut now, 10, 400e6);
+        let (a, b) = (
+            Change::Grew { from: 8, to: 16 },
+            Change::Joined {
+                bytes: 2 * MB,
+                planned: MB,
+            },
+        );
+        j.decided(a, 2 * MB, now);
+        run(&mut j, &mut now, 2, 400e6);
+        j.decided(b, 6 * MB, now);
+        // `a` is judged on 2 MB at 600 MB/s (kept); then `b` sees 300 MB/s
+        // against 400+ before it: undone.
+        let undo = run(&mut j, &mut now, 2, 600e6);
+        assert!(undo.is_empty());
+        assert!(!j.log()[0].undone && j.log()[0].after.is_some());
+        let undo = run(&mut j, &mut now, 10, 300e6);
+        assert_eq!(undo, vec![b]);
+    }
+}
