@@ -46,15 +46,14 @@ def test_counts_that_are_not_positive_whole_numbers_name_the_option(
 ) -> None:
     path = tmp_path / "m.tensors"
     fastshard.save({"w": torch.ones(3)}, path)
-    with pytest.raises(fastshard.InvalidArgumentError, match=f"^{key} must be a positive whole"):
+    whole = f"^{key} must be a whole number from 1 to 2\\*\\*64 - 1, not "
+    with pytest.raises(fastshard.InvalidArgumentError, match=whole):
         fastshard.load_state_dict(path, **{key: value})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
     ("name", "hint"),
     [
-        ("bf16", "bfloat16"),
-        ("fp16", "float16"),
         ("bfloat61", "bfloat16"),
         ("torch.flaot32", "float32"),
     ],
@@ -117,7 +116,9 @@ def test_unknown_options_still_raise(tmp_path: Path) -> None:
             call()
     with pytest.raises(fastshard.InvalidArgumentError, match="did you mean 'verify_hash'"):
         fastshard.load_state_dict(path, verify_hashes=True)  # type: ignore[call-arg]
-    with pytest.raises(fastshard.InvalidArgumentError, match="^unknown option 'x' for save$"):
+    with pytest.raises(
+        fastshard.InvalidArgumentError, match="^unknown option 'x' for save; the options are "
+    ):
         fastshard.save({"w": torch.ones(3)}, path, x=1)  # type: ignore[call-arg]
     with pytest.raises(fastshard.InvalidArgumentError, match="for save; did you mean 'align'"):
         fastshard.save({"w": torch.ones(3)}, path, alig=64)  # type: ignore[call-arg]
@@ -136,9 +137,9 @@ def test_options_are_split_and_normalised() -> None:
         {
             "s3_region": "r",
             "s3_config_path": Path("/x/cfg"),
-            "s3_anonymous": 1,
+            "s3_anonymous": True,
             "s3_profile": None,
-            "verify_hash": 1,
+            "verify_hash": True,
             "concurrency": 8,
             "max_host_bytes": 1 << 20,
             "encryption": key,
@@ -151,6 +152,9 @@ def test_options_are_split_and_normalised() -> None:
     assert settings.verify_hash and settings.encrypted
     with pytest.raises(fastshard.InvalidArgumentError, match="ca_bundle must be a path"):
         _options.open_settings({"ca_bundle": 3})
+    # On/off options take True or False only: bool("no") would be True.
+    with pytest.raises(fastshard.InvalidArgumentError, match="^verify_hash must be True or"):
+        _options.open_settings({"verify_hash": "no"})
     saved = _options.save_settings({"s3_endpoint": "http://e", "encryption": key})
     assert saved == {"s3_endpoint": "http://e", "encryption": key.native()}
     assert _options.without_key(saved) == {"s3_endpoint": "http://e"}

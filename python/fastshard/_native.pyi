@@ -264,7 +264,8 @@ class Reader:
     servers without ETags, so a changed object raises ObjectChangedError.
     Errors: NotFoundError, AuthError (names the credential source, never
     the secret), ThrottledError, ObjectChangedError, StorageError,
-    FormatError; messages name the URI and byte range.
+    FormatError, UnsupportedError (a newer format version or feature: not
+    a FormatError); messages name the URI and byte range.
     """
 
     uri: str

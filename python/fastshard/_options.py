@@ -12,12 +12,15 @@ go to every native load of an opened file; ``progress`` stays in Python.
 from __future__ import annotations
 
 import difflib
+import math
+import numbers
+import operator
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, SupportsIndex, TypedDict
 
-from . import _native, _progress
+from . import _native
 from ._budget import Budget
 from .crypt import EncryptionKey, native_key
 from .errors import InvalidArgumentError, UnsupportedError
@@ -117,6 +120,7 @@ class OpenSettings:
 def source_options(opts: Mapping[str, Any]) -> dict[str, Any]:
     """The source options among ``opts``, checked and normalised (paths as
     str, ``None`` dropped so the native layer looks the value up itself)."""
+    values = checked(opts)
     out: dict[str, Any] = {}
     for key, value in opts.items():
         if key not in SOURCE or value is None:
@@ -125,53 +129,119 @@ def source_options(opts: Mapping[str, Any]) -> dict[str, Any]:
             if not isinstance(value, (str, os.PathLike)):
                 raise InvalidArgumentError(f"{key} must be a path, not {type(value).__name__}")
             value = os.fspath(value)
-        elif key in ("s3_anonymous", "gcs_anonymous"):
-            value = bool(value)
-        out[key] = value
+        out[key] = values.get(key, value)
     return out
 
 
-# Options counted in whole units (reads, bytes): a positive int each.
-_COUNTS = ("concurrency", "part_size_bytes", "max_host_bytes")
+# The largest values the native layer's unsigned integers hold; a bigger one
+# (or a negative one) was a bare OverflowError from the conversion.
+_U32, _U64 = (1 << 32) - 1, (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class _Range:
+    """What a numeric option accepts: whole numbers (an int or anything with
+    ``__index__``, never a bool) or finite real numbers, from ``low`` (itself
+    refused when ``above``) to ``high`` (None: no bound)."""
+
+    low: int
+    high: int | None = None
+    whole: bool = True
+    above: bool = False
+    power_of_two: bool = False
+
+    def __str__(self) -> str:
+        high = {_U32: "2**32 - 1", _U64: "2**64 - 1"}.get(self.high or 0, str(self.high))
+        if self.power_of_two:
+            return f"a power of two from {self.low} to {high}"
+        if self.whole:
+            return f"a whole number from {self.low} to {high}"
+        return f"a finite number {'greater than' if self.above else 'of at least'} {self.low}"
+
+    def take(self, value: object) -> int | float | None:
+        """``value`` as an int or float when it is in range, else None."""
+        number: int | float
+        if isinstance(value, bool):  # an int to Python, never meant as a count
+            return None
+        if self.whole and isinstance(value, SupportsIndex):
+            number = operator.index(value)
+        elif not self.whole and isinstance(value, numbers.Real):
+            number = float(value)
+        else:
+            return None
+        ok = math.isfinite(number) and (number > self.low if self.above else number >= self.low)
+        ok = ok and (self.high is None or number <= self.high)
+        if ok and self.power_of_two:
+            ok = int(number) & (int(number) - 1) == 0
+        return number if ok else None
+
+
+# Every numeric option of open, load and save, checked here before any read
+# or write starts (the native layer would raise later, or overflow).
+NUMBERS: dict[str, _Range] = {
+    "concurrency": _Range(1, _U64),  # reads in flight
+    "part_size_bytes": _Range(1, _U64),
+    "max_host_bytes": _Range(1, _U64),
+    "throughput_target_gbps": _Range(0, whole=False, above=True),
+    "max_attempts": _Range(1, _U32),  # the first attempt included
+    # 0 passes at once: the load itself fails, not only its retries.
+    "deadline_seconds": _Range(0, whole=False, above=True),
+    "cache_max_bytes": _Range(0, _U64),  # 0: nothing is kept
+    # The native writer's MAX_ALIGN (rust/format/writer.rs), which checks too.
+    "align": _Range(1, 4096, power_of_two=True),
+}
+# Options that are True or False; None means the default (progress: only on
+# a terminal, for big loads).
+FLAGS = frozenset({"verify_hash", "mmap", "progress", "s3_anonymous", "gcs_anonymous"})
+
+
+def checked(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The numeric and on/off options among ``opts`` (``None`` left out),
+    checked against NUMBERS and FLAGS: ints, floats and bools."""
+    out: dict[str, Any] = {}
+    for key, value in opts.items():
+        if value is None:
+            continue
+        if key in NUMBERS:
+            number = NUMBERS[key].take(value)
+            if number is None:
+                raise InvalidArgumentError(f"{key} must be {NUMBERS[key]}, not {value!r}")
+            out[key] = number
+        elif key in FLAGS:
+            if not isinstance(value, bool):
+                raise InvalidArgumentError(f"{key} must be True or False, not {value!r}")
+            out[key] = value
+    return out
 
 
 def _unknown(key: str, known: Iterable[str], where: str = "") -> InvalidArgumentError:
     """The error for an option nobody knows, with the known names it is
-    closest to (a misspelt ``verify_hashes``)."""
-    close = difflib.get_close_matches(key, sorted(known), n=2, cutoff=0.75)
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    closest to (a misspelt ``verify_hashes``), else all of them."""
+    names = sorted(known)
+    close = difflib.get_close_matches(key, names, n=2, cutoff=0.75)
+    if close:
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?"
+    else:
+        hint = f"; the options are {', '.join(names)}"
     return InvalidArgumentError(f"unknown option {key!r}{where}{hint}")
-
-
-def _check_count(key: str, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgumentError(f"{key} must be a positive whole number, not {value!r}")
 
 
 def open_settings(opts: Mapping[str, Any]) -> OpenSettings:
     """Check the options of an open (unknown names raise) and split them."""
-    native: dict[str, Any] = {}
     others = ("max_host_bytes", "progress", "mmap")
-    for key, value in opts.items():
-        if key in _NATIVE_LOAD:
-            native[key] = value
-        elif key not in SOURCE and key not in others:
+    for key in opts:
+        if key not in _NATIVE_LOAD and key not in SOURCE and key not in others:
             raise _unknown(key, {*_NATIVE_LOAD, *SOURCE, *others})
-    for key in _COUNTS:
-        _check_count(key, opts.get(key))
+    values = {**opts, **checked(opts)}
+    native = {k: v for k, v in values.items() if k in _NATIVE_LOAD}
     if "verify_hash" in native:
-        native["verify_hash"] = bool(native["verify_hash"])
+        native["verify_hash"] = bool(native["verify_hash"])  # None: off
     if "encryption" in native:
         native["encryption"] = native_key(native["encryption"])
     source = source_options(opts)
-    progress = opts.get("progress")
-    _progress.wanted(progress, 0)  # a bad value fails now, not after the open
-    mmap = opts.get("mmap", False)
-    if not isinstance(mmap, bool):
-        raise InvalidArgumentError(f"mmap must be True or False, not {mmap!r}")
-    return OpenSettings(source, native, Budget(opts.get("max_host_bytes")), progress, mmap)
+    mmap = bool(values.get("mmap"))
+    budget = Budget(values.get("max_host_bytes"))
+    return OpenSettings(source, native, budget, values.get("progress"), mmap)
 
 
 def save_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
@@ -191,10 +261,7 @@ def save_settings(opts: Mapping[str, Any]) -> dict[str, Any]:
     out = source_options(rest)
     if encryption is not None:
         out["encryption"] = encryption
-    if align is not None:
-        if not isinstance(align, int) or isinstance(align, bool):
-            raise InvalidArgumentError(f"align must be a number of bytes, not {align!r}")
-        out["align"] = align  # the native writer checks the value
+    out.update(checked({"align": align}))
     return out
 
 

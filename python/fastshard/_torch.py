@@ -26,8 +26,9 @@ def dtype_from_name(name: str, *, tensor: str | None = None, uri: str | None = N
     UnsupportedError (an old torch reading a file with e.g. float8_e8m0fnu)."""
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
+        of = f" of tensor {tensor!r}" if tensor is not None else ""
         raise UnsupportedError(
-            f"dtype {name!r} of tensor {tensor!r} is not available in torch {torch.__version__}",
+            f"dtype {name!r}{of} is not available in torch {torch.__version__}",
             uri=uri,
             tensor=tensor,
         )
@@ -39,24 +40,30 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype)[len("torch.") :]
 
 
-# Short names users write for dtypes; named in the error, never taken.
-_SHORT = {"bf16": "bfloat16", "fp16": "float16", "f16": "float16", "fp32": "float32",
-          "f32": "float32", "fp64": "float64", "fp8": "float8_e4m3fn"}  # fmt: skip
+# Short names users write for the float dtypes, as torch's own names (half,
+# float and double are torch attributes already).
+_SHORT = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32", "fp64": "float64"}
+# What a bad name's error offers: the casts dtype= is for, with their other names.
+_NAMES = "bfloat16 (bf16), float16 (half, fp16), float32 (float, fp32), float64 (double, fp64)"
 
 
 def as_dtype(value: DtypeLike) -> torch.dtype:
-    """A ``dtype=`` argument as a torch dtype: a torch dtype or its name."""
+    """A ``dtype=`` argument as a torch dtype: a torch dtype, its name (with
+    or without "torch.") or a short name ("bf16")."""
     if isinstance(value, torch.dtype):
         return value
     if isinstance(value, str):
-        name = value[len("torch.") :] if value.startswith("torch.") else value
-        dtype = getattr(torch, name, None)
+        name = value.removeprefix("torch.").lower()
+        dtype = getattr(torch, _SHORT.get(name, name), None)
         if isinstance(dtype, torch.dtype):
             return dtype
         names = [n for n in dir(torch) if isinstance(getattr(torch, n, None), torch.dtype)]
-        close = [_SHORT[name]] if name in _SHORT else difflib.get_close_matches(name, names, 1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise InvalidArgumentError(f"dtype {value!r} is not a torch dtype name{hint}")
+        close = difflib.get_close_matches(name, [*names, *_SHORT], 1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise InvalidArgumentError(
+            f"dtype {value!r} is not a dtype name{hint}: use {_NAMES}, "
+            "or another torch dtype's name"
+        )
     raise InvalidArgumentError(f"dtype must be a torch.dtype or its name, not {value!r}")
 
 

@@ -76,8 +76,11 @@ class DeviceError(InvalidArgumentError):
     """The requested device does not exist here (no CUDA, or no such index)."""
 
 
-class UnsupportedError(FormatError):
-    """A feature of the file that this build cannot handle."""
+class UnsupportedError(FastshardError):
+    """A request this build cannot serve: a feature of the file (a newer
+    format version, a dtype this torch lacks), or an option or scheme this
+    kind of source or load does not take. Not a FormatError: the file may be
+    perfectly valid."""
 
 
 __all__ = [

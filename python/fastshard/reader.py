@@ -378,6 +378,7 @@ def load_state_dict(
     ``device``, ``names``, ``rank``, ``world_size``, ``dtype``,
     ``shard_specs``, ``cooperative`` and ``group`` go to the
     load, everything else to ``open``."""
+    dtype = _float_cast(dtype)  # a bad name fails before the open reads anything
     with TensorFile(
         uri,
         rank=rank,
