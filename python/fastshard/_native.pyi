@@ -7,7 +7,7 @@ saves), so no tensor data is copied through Python objects.
 
 from collections.abc import Sequence
 from os import PathLike
-from typing import Literal, final
+from typing import Any, Literal, final
 
 from typing_extensions import Buffer, TypedDict, Unpack
 
@@ -222,7 +222,7 @@ class Staging:
     def release(self, batch: int) -> None:
         """Batch ``batch``'s copies have completed: its slab may be
         refilled. Batches are released in order."""
-    def finish(self) -> dict[str, float]:
+    def finish(self) -> dict[str, Any]:
         """After the last batch: the load's stats, as ``Reader.load``'s."""
     def close(self) -> None: ...
     def __enter__(self) -> Staging: ...
@@ -318,7 +318,7 @@ class Reader:
         max_host_bytes: int | None = None,
         encryption: _EncryptionTuple | None = None,
         progress: Progress | None = None,
-    ) -> dict[str, float]:
+    ) -> dict[str, Any]:
         """Fill ``buffers[i]`` with the bytes of tensor ``indices[i]``, or
         with its slice ``slices[i] = (dim, [(start, length), ...])`` (the
         ranges along ``dim`` laid end to end; no record header is read, so

@@ -5,7 +5,7 @@
 //! made the load slower (`judge`). The part tasks report here as they
 //! start, receive their first byte and end.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -31,6 +31,9 @@ pub struct Control {
     permits: Arc<Semaphore>,
     /// Permits an undone growth still has to take back as requests end.
     owed: AtomicUsize,
+    /// Whether parts wait to be sent: with none, more requests in flight
+    /// could carry nothing, and growing would be a decision without effect.
+    queued: AtomicBool,
 }
 
 impl Control {
@@ -47,7 +50,13 @@ impl Control {
             sizer,
             permits: Arc::new(Semaphore::new(start)),
             owed: AtomicUsize::new(0),
+            queued: AtomicBool::new(true),
         }
+    }
+
+    /// Whether parts wait to be sent (see `queued`).
+    pub fn set_queued(&self, queued: bool) {
+        self.queued.store(queued, Ordering::Relaxed);
     }
 
     /// The sizer the part queue joins parts by, when the load has one.
@@ -122,7 +131,7 @@ impl Control {
     }
 
     fn grow(&self, wanted: u64, now: Instant) {
-        let busy = locked(&self.judge).busy();
+        let busy = locked(&self.judge).busy() || !self.queued.load(Ordering::Relaxed);
         let (more, limit) = {
             let mut g = locked(&self.growth);
             (g.completed(wanted, now, !busy), g.limit())

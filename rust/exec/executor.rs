@@ -141,6 +141,7 @@ impl<S: PartSource + ?Sized> Run<S> {
     /// the last ones run are sent again.
     async fn all(&mut self) -> Result<PartStats> {
         loop {
+            self.control.set_queued(!self.queue.is_empty());
             if self.queue.is_empty() || self.returning() {
                 match self.tasks.join_next().await {
                     Some(res) => self.record(res),
@@ -269,6 +270,7 @@ impl<S: PartSource + ?Sized> Run<S> {
                 // Its request was sent and abandoned: count it.
                 self.totals.requests += 1;
                 self.queue.put_back(part);
+                self.control.set_queued(true);
                 return;
             }
             Ok(ended) => ended.out,

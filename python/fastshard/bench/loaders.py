@@ -140,6 +140,7 @@ def _counters(st: Any, discovery: int) -> dict[str, Any]:
         "discovery_bytes": discovery,
         "concurrency": st.concurrency,
         "staging_peak_bytes": st.peak_host_bytes,
+        "adaptations": list(st.adaptations),
     }
 
 

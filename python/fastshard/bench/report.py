@@ -56,6 +56,8 @@ def record(source: str, loader: str, runs: list[dict[str, Any]]) -> dict[str, An
         "server_cpu_s_per_gb": _per_gb(counted, "server_cpu_seconds"),
         "requests": _median(counted, "requests"),
         "concurrency": _median(counted, "concurrency"),
+        # What the reads decided on their own, in the last run (words).
+        "adaptations": counted[-1].get("adaptations", []),
         "returns": counted[0].get("returns", "fresh"),
         "verified": all(r["verified"] for r in runs),
     }
