@@ -1,7 +1,9 @@
-"""Typed errors from real servers (SeaweedFS and moto for S3, nginx):
-wrong secret, missing objects and buckets, an object replaced mid-load (also
-on a store that ignores If-Match), presigned URLs, servers that ignore
-Range. Messages name the URI (bucket and key) and never hold a secret."""
+"""Typed errors from real servers (SeaweedFS, moto and rclone for S3,
+nginx): wrong secret, missing objects and buckets, a corrupted object caught
+by verify_hash, an object replaced mid-load (also on a store that ignores
+If-Match: rclone itself, moto behind a proxy that drops it), presigned URLs,
+servers that ignore Range. Messages name the URI (bucket and key) and never
+hold a secret."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 import remote_files
 import torch
-from conftest import assert_bit_equal
+from conftest import as_bytes, assert_bit_equal, layout, patch, random_tensor, tensorizer_write
 from fault_proxy import FaultProxy, Faults
 from servers import MotoS3, no_range_server, require_binary
 
@@ -97,22 +99,88 @@ def test_missing_url(nginx):
     assert "nope/missing.tensors" in str(info.value)
 
 
+def _honours_if_match(server: Any, uri: str) -> bool:
+    """Whether ``server`` refuses a GET of ``uri`` whose If-Match names
+    another ETag (412), as boto3 sees it; rclone answers it with the bytes."""
+    from botocore.exceptions import ClientError
+
+    bucket, key = uri.removeprefix("s3://").split("/", 1)
+    try:
+        server.client().get_object(Bucket=bucket, Key=key, IfMatch='"0ther"', Range="bytes=0-0")
+    except ClientError as e:
+        assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 412, e.response
+        return True
+    return False
+
+
 def test_object_replaced_mid_load_s3(s3_server, two_versions):
     v1, v2 = two_versions
     uri = s3_server.upload(v1, "changing/model.tensors")
+    honours = _honours_if_match(s3_server, uri)
     f = fastshard.open(uri, part_size_bytes=1 << 20, **s3_server.opts())
     s3_server.upload(v2, "changing/model.tensors")  # new ETag
     result = None
     with pytest.raises(fastshard.ObjectChangedError) as info:
         result = f.load_state_dict()
     assert result is None
-    assert uri in str(info.value)
+    text = str(info.value)
+    assert uri in text and info.value.uri == uri
+    if honours:  # SeaweedFS, moto: the pinned GET is refused (412)
+        assert "ETag no longer matches" in text, text
+    else:  # rclone: the new bytes come back, under the new ETag
+        assert "response carries ETag" in text and "bytes " in text, text
     # Reopened, the new version loads whole.
     out = fastshard.load_state_dict(uri, verify_hash=True, **s3_server.opts())
     expected = fastshard.load_state_dict(v2)
     assert list(out) == list(expected)
     for name, want in expected.items():
         assert_bit_equal(out[name], want)
+
+
+@pytest.fixture(scope="module")
+def corrupted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, torch.Tensor]]:
+    """A 3.3 MiB file written by tensorizer (so with hashes) whose tensor
+    "middle" has one byte flipped past the first MiB, and what was written."""
+    sd = {
+        "head": random_tensor(torch.float32, (64, 1024), 1),
+        "middle": random_tensor(torch.bfloat16, (1024, 1024), 2),
+        "tail": random_tensor(torch.int32, (256, 1024), 3),
+    }
+    path = tensorizer_write(sd, tmp_path_factory.mktemp("corrupted") / "model.tensors")
+    (middle,) = (e for e in layout(path) if e["name"] == "middle")
+    at = middle["data_offset"] + middle["data_length"] // 2
+    assert at > 1 << 20
+    patch(path, at, bytes([path.read_bytes()[at] ^ 0x5A]))
+    return path, sd
+
+
+def test_verify_hash_catches_a_corrupted_object(s3_server, corrupted):
+    path, sd = corrupted
+    uri = s3_server.upload(path, "corrupted/model.tensors")
+    opts = s3_server.opts(part_size_bytes=1 << 20)
+    with pytest.raises(fastshard.IntegrityError) as info:
+        fastshard.load_state_dict(uri, verify_hash=True, **opts)
+    err = info.value
+    assert err.tensor == "middle" and "middle" in str(err), str(err)
+    assert uri in str(err), str(err)
+    model = torch.nn.Module()
+    for name, t in sd.items():
+        model.register_buffer(name, torch.empty_like(t))
+    with pytest.raises(fastshard.IntegrityError, match="middle"):
+        fastshard.load(model, uri, verify_hash=True, **opts)
+    # The tensors around it pass their hashes.
+    out = fastshard.load_state_dict(uri, names=["head", "tail"], verify_hash=True, **opts)
+    assert_bit_equal(out["head"], sd["head"])
+    assert_bit_equal(out["tail"], sd["tail"])
+    # Unchecked, "middle" loads as stored, the flipped byte with it: only
+    # the hash told.
+    out = fastshard.load_state_dict(uri, **opts)
+    (middle,) = (e for e in layout(path) if e["name"] == "middle")
+    start = middle["data_offset"]
+    stored = path.read_bytes()[start : start + middle["data_length"]]
+    assert as_bytes(out["middle"]).numpy().tobytes() == stored
+    assert not torch.equal(as_bytes(out["middle"]), as_bytes(sd["middle"]))
+    assert_bit_equal(out["head"], sd["head"])
 
 
 @HTTP
