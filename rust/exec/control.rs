@@ -93,7 +93,7 @@ impl Control {
         let sizer = Arc::clone(self.sizer.as_ref()?);
         locked(&sizer).sent(id, token.clone());
         Some(Arc::new(move |waited| {
-            locked(&sizer).first_byte(id, waited)
+            locked(&sizer).first_byte(id, waited, Instant::now())
         }))
     }
 

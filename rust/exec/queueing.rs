@@ -25,7 +25,7 @@
 //! and the decision is taken once per load.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::cancel::CancelToken;
 
@@ -48,6 +48,8 @@ pub struct Queueing {
     /// Each answered part's wait for its first byte, from its fetch's
     /// start, in the order they arrived, until the decision.
     waits: Vec<f64>,
+    /// When each of those first bytes arrived.
+    arrivals: Vec<Instant>,
     /// Seconds of store time each request costs, once decided.
     per_request: Option<f64>,
     decided: bool,
@@ -60,6 +62,7 @@ impl Queueing {
             wave,
             waiting: HashMap::new(),
             waits: Vec::new(),
+            arrivals: Vec::new(),
             per_request: None,
             decided: false,
         }
@@ -72,10 +75,12 @@ impl Queueing {
         }
     }
 
-    /// Part `id`'s first byte arrived, `waited` after its fetch started.
-    pub fn first_byte(&mut self, id: u64, waited: Duration) {
+    /// Part `id`'s first byte arrived at `at`, `waited` after its fetch
+    /// started.
+    pub fn first_byte(&mut self, id: u64, waited: Duration, at: Instant) {
         if self.waiting.remove(&id).is_some() && !self.decided {
             self.waits.push(waited.as_secs_f64());
+            self.arrivals.push(at);
         }
     }
 
@@ -119,7 +124,17 @@ impl Queueing {
         {
             return 0;
         }
-        self.per_request = Some(gap);
+        // Once queued, the answers' own spacing is the service time: the
+        // waits' steps are shorter by however far apart the fetches started
+        // (a busy client's), and a store serving in turn answers one service
+        // apart whenever the requests reached it.
+        let spaced = match self.arrivals.as_slice() {
+            [first, .., last] => {
+                last.duration_since(*first).as_secs_f64() / (self.arrivals.len() - 1) as f64
+            }
+            _ => 0.0,
+        };
+        self.per_request = Some(gap.max(spaced));
         let cancelled = self.waiting.len();
         for (_, token) in self.waiting.drain() {
             token.cancel();
@@ -138,13 +153,27 @@ mod tests {
     /// `n` parts sent at once, whose first bytes arrive after
     /// `wait + i * gap` for the first `answers` of them.
     fn wave(n: u64, answers: u64, wait: Duration, gap: Duration) -> (Queueing, Vec<CancelToken>) {
+        spread_wave(n, answers, wait, gap, Duration::ZERO)
+    }
+
+    /// As `wave`, the fetches started `spread` apart (answers arrive
+    /// `gap + spread` apart).
+    fn spread_wave(
+        n: u64,
+        answers: u64,
+        wait: Duration,
+        gap: Duration,
+        spread: Duration,
+    ) -> (Queueing, Vec<CancelToken>) {
+        let t0 = Instant::now();
         let mut q = Queueing::new(n);
         let tokens: Vec<CancelToken> = (0..n).map(|_| CancelToken::new()).collect();
         for (i, t) in tokens.iter().enumerate() {
             q.sent(i as u64, t.clone());
         }
         for i in 0..answers {
-            q.first_byte(i, wait + gap * i as u32);
+            let waited = wait + gap * i as u32;
+            q.first_byte(i, waited, t0 + spread * i as u32 + waited);
         }
         (q, tokens)
     }
@@ -161,6 +190,16 @@ mod tests {
         assert!(tokens[2..].iter().all(CancelToken::is_cancelled));
         // Once only.
         assert_eq!(q.decide(), 0);
+    }
+
+    #[test]
+    fn the_service_time_is_the_answers_spacing_when_fetches_started_apart() {
+        // Fetches started 60 ms apart: each answer waited 40 ms longer than
+        // the one before, but they arrived 100 ms apart.
+        let (mut q, _) = spread_wave(64, 3, 150 * MS, 40 * MS, 60 * MS);
+        assert_eq!(q.decide(), 61);
+        let per = q.per_request().unwrap();
+        assert!((0.099..0.101).contains(&per), "{per}");
     }
 
     #[test]
@@ -193,8 +232,9 @@ mod tests {
         for (i, t) in tokens.iter().enumerate() {
             q.sent(i as u64, t.clone());
         }
-        q.first_byte(0, 150 * MS);
-        q.first_byte(1, 250 * MS);
+        let t0 = Instant::now();
+        q.first_byte(0, 150 * MS, t0 + 150 * MS);
+        q.first_byte(1, 250 * MS, t0 + 250 * MS);
         assert_eq!(q.decide(), 0);
         assert!(tokens.iter().all(|t| !t.is_cancelled()));
     }
@@ -204,7 +244,7 @@ mod tests {
         let (mut q, _) = wave(64, 1, 150 * MS, 100 * MS);
         assert_eq!(q.decide(), 0);
         // Still undecided: a later call with two answers decides.
-        q.first_byte(1, 400 * MS);
+        q.first_byte(1, 400 * MS, Instant::now() + 400 * MS);
         assert!(q.decide() > 0);
         // Queued, but the one part left waits less than a first byte more.
         let (mut q, _) = wave(3, 2, 150 * MS, 100 * MS);

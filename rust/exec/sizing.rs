@@ -105,9 +105,10 @@ impl Sizer {
         self.queueing.sent(id, cancel);
     }
 
-    /// Part `id`'s first byte arrived after `waited` from its fetch's start.
-    pub fn first_byte(&mut self, id: u64, waited: Duration) {
-        self.queueing.first_byte(id, waited);
+    /// Part `id`'s first byte arrived at `at`, `waited` after its fetch's
+    /// start.
+    pub fn first_byte(&mut self, id: u64, waited: Duration, at: Instant) {
+        self.queueing.first_byte(id, waited, at);
     }
 
     /// Part `id` ended, whether or not it completed.

@@ -95,8 +95,8 @@ fn queued(max: u64) -> (Sizer, Vec<CancelToken>) {
     for (i, t) in tokens.iter().enumerate() {
         s.sent(i as u64, t.clone());
     }
-    s.first_byte(0, 150 * MS);
-    s.first_byte(1, 250 * MS);
+    s.first_byte(0, 150 * MS, t0 + 150 * MS);
+    s.first_byte(1, 250 * MS, t0 + 250 * MS);
     s.ended(0);
     s.completed(4 << 20, 150 * MS, 318 * MS, t0 + 318 * MS);
     (s, tokens)
