@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from . import _peers, _ring, _torch, tp
+from . import _mapcast, _peers, _ring, _torch, tp
 from . import cooperative as _coop
 from ._engine import Engine
 from ._types import LoadStats, TensorInfo
@@ -139,7 +139,9 @@ def load(
             ]
             stats.add(engine.fill_bytes(indices, buffers, [j.slice for j in direct]))
         chosen = {id(j) for j in direct}
-        staged = [j.item for j in jobs if id(j) not in chosen]
+        mapped, staged = _mapcast.split(engine, [j.item for j in jobs if id(j) not in chosen])
+        if mapped:
+            stats.add(_mapcast.load(engine, mapped))
         if staged:
             stats.add(_ring.load(engine, staged))
         return stats

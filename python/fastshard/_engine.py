@@ -77,6 +77,21 @@ class Engine:
         native = [self._native_index[i] for i in indices]
         return self.native().map(native, verify_hash=self.verify_hash)
 
+    def cast_mapped(
+        self,
+        indices: Sequence[int],
+        regions: Sequence[tuple[int, int]],
+        bindings: Sequence[tuple[int, int, str, str] | None],
+        ops: Sequence[tuple[int, int, int]],
+    ) -> None:
+        """Maps the file (checking tensors ``indices``) and copies ``ops``
+        out of it into the bound host memory (``_mapcast``:
+        ``Mapping.copy_into``), counted by the load's progress bar."""
+        if self._first_fill is None:
+            self._first_fill = time.perf_counter()
+        mapping = self.map(indices)
+        mapping.copy_into(regions, bindings, ops, progress=self._counter)
+
     def fill(
         self,
         indices: Sequence[int],

@@ -241,6 +241,21 @@ class Mapping:
     def nbytes(self) -> int: ...
     @property
     def uri(self) -> str: ...
+    def copy_into(
+        self,
+        regions: Sequence[tuple[int, int]],
+        items: Sequence[tuple[int, int, str, str] | None],
+        ops: Sequence[tuple[int, int, int]],
+        *,
+        progress: Progress | None = None,
+    ) -> None:
+        """Copies tensors out of the mapping into host memory, casting
+        between float types, without the GIL and over the cores: ``ops[i] =
+        (item, offset, nbytes)`` takes the bytes stored at ``offset`` into
+        item ``item``, bound as ``Staging.bind_host`` binds them; ``progress``
+        counts them once copied. Checked against the mapping and the regions
+        first. Private to
+        ``fastshard._mapcast``, which keeps the destinations alive."""
     def __len__(self) -> int: ...
 
 @final

@@ -284,7 +284,8 @@ HostBinding = tuple[list[tuple[int, int]], list[int | None], list[tuple[int, int
 _NAMES: dict[torch.dtype, str] = {}
 
 
-def _name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
+    """A dtype as the native host copies name it (``bfloat16``)."""
     got = _NAMES.get(dtype)
     if got is None:
         got = _NAMES[dtype] = str(dtype).removeprefix("torch.")
@@ -317,7 +318,7 @@ def host_binding(
         if w is not None or not dest.is_cpu or not dest.is_contiguous() or not dest.numel():
             bound_items.append(None)
             continue
-        bound_items.append((len(regions), 0, _name(dtype), _name(dest.dtype)))
+        bound_items.append((len(regions), 0, dtype_name(dtype), dtype_name(dest.dtype)))
         regions.append((dest.data_ptr(), dest.nbytes))
     return regions, bound_targets, bound_items
 

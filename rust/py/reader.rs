@@ -321,7 +321,7 @@ pub(super) fn stats_dict<'py>(
 
 /// Destinations must not overlap (two views of one tensor, say): the reads
 /// behind them run in parallel.
-fn check_disjoint(regions: &[(*mut u8, usize)]) -> Result<(), Error> {
+pub(super) fn check_disjoint(regions: &[(*mut u8, usize)]) -> Result<(), Error> {
     let mut spans: Vec<(usize, usize)> = regions
         .iter()
         .filter(|(_, len)| *len > 0)

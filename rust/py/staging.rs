@@ -21,7 +21,35 @@ use crate::session::{LoadOptions, StagePlan, Staging as Running, TensorFile};
 use crate::stage::{BatchOps, Conv, HostDests, HostItem};
 
 /// An item bound to host memory: `(region, base, stored dtype, dtype)`.
-type HostSpec = Option<(usize, usize, String, String)>;
+/// An item's host binding as Python gives it: `(region, base, stored
+/// dtype, destination dtype)`, or None for an item copied by Python.
+pub(super) type HostSpec = Option<(usize, usize, String, String)>;
+
+/// Destinations bound from Python's `(address, length)` regions.
+///
+/// # Safety
+/// As `HostDests::new`: each region is valid for writes and written by
+/// nobody else while the returned value copies into it.
+pub(super) unsafe fn host_dests(
+    regions: Vec<(usize, usize)>,
+    targets: Vec<Option<usize>>,
+    items: Vec<HostSpec>,
+) -> HostDests {
+    let items = items
+        .into_iter()
+        .map(|spec| {
+            let (region, base, stored, dtype) = spec?;
+            let conv = Conv::between(&stored, &dtype)?;
+            Some(HostItem { region, base, conv })
+        })
+        .collect();
+    let regions = regions
+        .into_iter()
+        .map(|(p, n)| (p as *mut u8, n))
+        .collect();
+    // SAFETY: the caller's promise.
+    unsafe { HostDests::new(regions, targets, items) }
+}
 
 #[pyclass(module = "fastshard._native")]
 pub struct Staging {
@@ -127,22 +155,10 @@ impl Staging {
         targets: Vec<Option<usize>>,
         items: Vec<HostSpec>,
     ) -> PyResult<()> {
-        let items = items
-            .into_iter()
-            .map(|spec| {
-                let (region, base, stored, dtype) = spec?;
-                let conv = Conv::between(&stored, &dtype)?;
-                Some(HostItem { region, base, conv })
-            })
-            .collect();
-        let regions = regions
-            .into_iter()
-            .map(|(p, n)| (p as *mut u8, n))
-            .collect();
         // SAFETY: the caller's promise above (`_ring.host_binding`): each
         // region is its destinations' memory, valid and written by nobody
         // else until the load is closed.
-        self.host = Some(unsafe { HostDests::new(regions, targets, items) });
+        self.host = Some(unsafe { host_dests(regions, targets, items) });
         Ok(())
     }
 
