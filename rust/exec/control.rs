@@ -84,7 +84,22 @@ impl Control {
     /// load for the first time: judged like the rest.
     pub fn queue_decided(&self, change: Change, bytes: u64) {
         let settle = bytes * locked(&self.growth).limit() as u64;
-        locked(&self.judge).decided(change, settle, Instant::now());
+        self.judged(|j| j.decided(change, settle, Instant::now()));
+    }
+
+    /// Runs `f` on the judge, then logs what it said once the lock is
+    /// released: a log record reaches Python and may wait for the GIL,
+    /// which must not hold up the other parts' tasks.
+    fn judged<T>(&self, f: impl FnOnce(&mut Judge) -> T) -> T {
+        let (out, said) = {
+            let mut j = locked(&self.judge);
+            let out = f(&mut j);
+            (out, j.take_said())
+        };
+        for line in said {
+            log::debug!("{line}");
+        }
+        out
     }
 
     /// Part `id` was sent, cancellable alone through `token`: what to call
@@ -123,7 +138,7 @@ impl Control {
             }
         }
         if out.is_ok() {
-            let undo = locked(&self.judge).completed(wanted, now);
+            let undo = self.judged(|j| j.completed(wanted, now));
             undo.into_iter().for_each(|c| self.undo(c));
             self.grow(wanted, now);
         }
@@ -141,7 +156,7 @@ impl Control {
                 from: limit - more,
                 to: limit,
             };
-            locked(&self.judge).decided(change, wanted * limit as u64, now);
+            self.judged(|j| j.decided(change, wanted * limit as u64, now));
             self.permits.add_permits(more);
         }
     }

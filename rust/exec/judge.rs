@@ -108,6 +108,9 @@ pub struct Judge {
     history: VecDeque<(Instant, u64)>,
     pending: Vec<Pending>,
     log: Vec<Adaptation>,
+    /// What to log at DEBUG, taken by the caller once it let go of its
+    /// lock (logging reaches Python and waits for the GIL).
+    said: Vec<String>,
 }
 
 impl Judge {
@@ -118,6 +121,7 @@ impl Judge {
             history: VecDeque::new(),
             pending: Vec::new(),
             log: Vec::new(),
+            said: Vec::new(),
         }
     }
 
@@ -131,11 +135,11 @@ impl Judge {
     pub fn decided(&mut self, change: Change, settle: u64, now: Instant) {
         let settle = settle.max(1);
         let before = self.rate_over_last(settle, now);
-        log::debug!(
+        self.said.push(format!(
             "{change}, at {:.1} MB/s over the last {settle} bytes; judged after {} more",
             before / 1e6,
             2 * settle
-        );
+        ));
         self.pending.push(Pending {
             entry: self.log.len(),
             done_at: self.done,
@@ -173,7 +177,7 @@ impl Judge {
         self.history.push_back((now, self.done));
         let mut undo = Vec::new();
         let done = self.done;
-        let log = &mut self.log;
+        let (log, said) = (&mut self.log, &mut self.said);
         self.pending.retain_mut(|p| {
             let (since, from) = match p.settled {
                 Some(s) => s,
@@ -190,13 +194,18 @@ impl Judge {
             let a = &mut log[p.entry];
             a.after = Some(after);
             a.undone = after < a.before * SLOWER;
-            log::debug!("{a}");
+            said.push(a.to_string());
             if a.undone {
                 undo.push(a.change);
             }
             false
         });
         undo
+    }
+
+    /// The DEBUG lines since last asked: decisions and verdicts.
+    pub fn take_said(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.said)
     }
 
     /// Every decision of the load, in order, as told to the user.

@@ -1,0 +1,43 @@
+"""A remote load's own decisions reach the user: through a proxy that
+serves requests one at a time (100 ms each), the first answers show the
+store serving in turn, the load sends the waiting parts again, and
+``LoadStats.adaptations`` and a DEBUG record under ``fastshard.exec`` say
+so, with the evidence. Correctness only: the load must be bit-equal; no
+time is asserted."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import assert_state_equal
+from servers import SeaweedFS
+
+import fastshard
+from fastshard.bench.pyshaper import PyShaper
+
+
+@pytest.mark.s3
+def test_a_store_serving_in_turn_is_told_in_the_stats_and_the_log(
+    seaweed: SeaweedFS, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    g = torch.Generator().manual_seed(11)
+    sd = {f"w{i}": torch.randn(256, 1024, generator=g) for i in range(16)}  # 16 MiB
+    path = tmp_path / "m.tensors"
+    fastshard.save(sd, path)
+    uri = seaweed.upload(path, "adapt/m.tensors")
+    with PyShaper(seaweed.s3_port, latency_ms=20, rate_mbps=200, service_ms=100) as proxy:
+        with caplog.at_level(logging.DEBUG, logger="fastshard.exec"):
+            with fastshard.open(uri, **seaweed.opts(s3_endpoint=proxy.endpoint)) as f:
+                got = f.load_state_dict()
+                stats = f.stats
+    assert_state_equal(got, sd)
+    said = stats.adaptations
+    assert said and said[0].startswith("store serves requests in turn ("), stats
+    assert "parts sent again" in said[0] and " MB/s before" in said[0], said
+    # Each part answered or sent again was a request: more than the parts.
+    assert stats.requests > 1, stats
+    logged = [r.getMessage() for r in caplog.records if r.name.startswith("fastshard.exec")]
+    assert any(m.startswith("store serves requests in turn (") for m in logged), logged
