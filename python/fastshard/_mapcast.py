@@ -27,9 +27,15 @@ import math
 import time
 from collections.abc import Sequence
 
+import torch
+
 from . import _location, _ring, _torch
 from ._engine import Engine
 from ._types import LoadStats, TensorInfo
+
+# The types the native host cast converts between (``rust/stage/cast.rs``);
+# float8 and the rest go through the staging engine's copier.
+CASTS = frozenset({torch.float64, torch.float32, torch.float16, torch.bfloat16})
 
 Span = tuple[int, int]  # (offset, length) of the file's bytes an item is cast from
 
@@ -83,7 +89,8 @@ def _span(info: TensorInfo, it: _ring.Item) -> Span | None:
     dest = it.dest
     if (
         info.meta
-        or not (info.dtype.is_floating_point and dest.dtype.is_floating_point)
+        or info.dtype not in CASTS
+        or dest.dtype not in CASTS
         or dest.device.type != "cpu"
         or not dest.is_contiguous()
     ):
