@@ -87,10 +87,8 @@ class Engine:
         """Maps the file (checking tensors ``indices``) and copies ``ops``
         out of it into the bound host memory (``_mapcast``:
         ``Mapping.copy_into``), counted by the load's progress bar."""
-        if self._first_fill is None:
-            self._first_fill = time.perf_counter()
-        mapping = self.map(indices)
-        mapping.copy_into(regions, bindings, ops, progress=self._counter)
+        progress = self._reading()
+        self.map(indices).copy_into(regions, bindings, ops, progress=progress)
 
     def fill(
         self,
@@ -120,10 +118,9 @@ class Engine:
         opts = {**self._settings.native, **self.budget.whole(), **overrides}
         if slices is not None and any(sl is not None for sl in slices):
             opts["slices"] = list(slices)
-        if self._counter is not None:
-            opts["progress"] = self._counter
-        if self._first_fill is None:
-            self._first_fill = time.perf_counter()
+        progress = self._reading()
+        if progress is not None:
+            opts["progress"] = progress
         return LoadStats.of_native(reader.load(native, buffers, **opts))
 
     def stage(
@@ -141,11 +138,17 @@ class Engine:
         reader = self.native()
         native = [self._native_index[i] for i in indices]
         opts = {**self._settings.native, **native_limit(max_host_bytes)}
-        if self._counter is not None:
-            opts["progress"] = self._counter
+        progress = self._reading()
+        if progress is not None:
+            opts["progress"] = progress
+        return reader.stage(native, list(slices), list(targets), list(slabs), slab_bytes, **opts)
+
+    def _reading(self) -> _native.Progress | None:
+        """A native read of this load starts now: the first marks the end of
+        its planning (``plan_seconds``). Returns the load's progress counter."""
         if self._first_fill is None:
             self._first_fill = time.perf_counter()
-        return reader.stage(native, list(slices), list(targets), list(slabs), slab_bytes, **opts)
+        return self._counter
 
     # -- lifetime ----------------------------------------------------------
     def native(self) -> _native.Reader:
