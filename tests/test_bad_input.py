@@ -36,7 +36,7 @@ def _load_error(path, exc=fastshard.FormatError, **kwargs):
     with pytest.raises(exc) as info:
         fastshard.load_state_dict(path, **kwargs)
     err = info.value
-    # Messages name the file (DESIGN.md, boundary rule 5).
+    # Messages name the file (docs/architecture.md, boundary rule 5).
     assert err.uri == str(path) or str(path) in str(err)
     return err
 

@@ -1,4 +1,12 @@
-"""fastshard: tensorizer ``.tensors`` files from storage into torch, fast.
+"""fastshard: model weights from storage into torch, fast.
+
+Loads tensorizer ``.tensors`` files and safetensors files (one file, or a
+Hugging Face checkpoint's index and shards) from local files, S3 and
+S3-compatible stores, HTTP(S) URLs and Google Cloud Storage (``gs://``) into
+torch tensors on the CPU or a CUDA GPU (staged through pinned memory), each
+rank of a tensor-parallel group reading only its own bytes; writes
+tensorizer files; and plugs into vLLM (``--load-format fastshard``, and
+``tensorizer`` taken over).
 
 The torch-facing API is imported on first use, so ``fastshard inspect`` and
 ``fastshard verify`` start quickly and work without torch installed.

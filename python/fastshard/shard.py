@@ -15,7 +15,7 @@ so the folder can be moved or uploaded as a whole.
 Manifests live beside the files, local or on S3 (written by save_sharded),
 and are read from http(s):// too, through ``_native.read_object`` /
 ``write_object`` / ``delete_object`` with the options given to open/load/
-save_sharded (Python holds no S3 client: DESIGN, boundary rule 1). Sizes are
+save_sharded (Python holds no S3 client: docs/architecture.md, boundary rule 1). Sizes are
 checked on every open (a remote file's against the opened Reader's
 ``file_size``); SHA-256 only with ``verify_manifest_hashes=True``, for local
 files. Not read: a manifest beside a presigned URL template (it would need

@@ -1,7 +1,7 @@
 //! Small whole objects that are not tensorizer files (the shard manifest
 //! beside per-rank files), read, written and deleted through the same
 //! sources, credentials and retries as tensor files. Python must not hold
-//! an S3 client or build HTTP requests (DESIGN, boundary rule 1); the
+//! an S3 client or build HTTP requests (docs/architecture.md, boundary rule 1); the
 //! blocking calls it uses are the `objects` facade's.
 
 use super::http::HttpSource;

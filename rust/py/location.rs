@@ -19,7 +19,7 @@ impl PyLocation {
         location_arg(uri).map(PyLocation)
     }
 
-    /// "file", "s3" or "http" (https included).
+    /// "file", "s3", "gs" (Google Cloud Storage) or "http" (https included).
     #[getter]
     fn kind(&self) -> &'static str {
         self.0.kind().as_str()
