@@ -294,7 +294,8 @@ def open(  # noqa: A001
     name). A safetensors file has no hashes (``verify_hash`` is refused) and
     no encryption; its ``__metadata__`` is ``metadata``.
 
-    ``uri`` is a local path (or ``file://``), ``s3://bucket/key``, or an
+    ``uri`` is a local path (or ``file://``), ``s3://bucket/key`` (AWS or an
+    S3-compatible store), ``gs://bucket/key`` (Google Cloud Storage), or an
     ``http(s)://`` URL (a presigned URL works; the server must honour Range).
     A directory or prefix that holds a Hugging Face checkpoint
     (``model.safetensors.index.json`` and its shards, or
@@ -326,7 +327,7 @@ def open(  # noqa: A001
     ``dtype`` cast, not encrypted; the checks and ``verify_hash`` run over
     the mapped pages; see ``fastshard._mapped`` for what is a view).
 
-    Source options (S3 and HTTP): ``s3_endpoint``, ``s3_access_key_id`` and
+    Source options (S3, HTTP and Cloud Storage): ``s3_endpoint``, ``s3_access_key_id`` and
     ``s3_secret_access_key`` (both or neither), ``s3_session_token``,
     ``s3_region``, ``s3_profile`` (an AWS profile), ``s3_config_path`` (an
     s3cmd config to read instead of ``~/.s3cfg``), ``s3_addressing``
