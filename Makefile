@@ -180,9 +180,9 @@ peer-wheels: setup ## The GPU benchmark's peers (cp312 manylinux wheels) and the
 gpu-bench: ## On a CUDA machine with the wheels of `make wheel peer-wheels` installed: benches/gpu_bench.py (BENCH_ARGS="--out DIR")
 	@$(TIMED) gpu-bench python3 benches/gpu_bench.py $(BENCH_ARGS)
 
-clean: ## Remove build outputs, benchmark scratch files and caches (keeps .venv)
+clean: ## Remove build outputs (the docs' site/ too), benchmark scratch files and caches (keeps .venv)
 	$(CARGO) clean
-	rm -rf .bench build dist .pytest_cache .ruff_cache .mypy_cache .hypothesis
+	rm -rf .bench build dist site .pytest_cache .ruff_cache .mypy_cache .hypothesis
 	rm -f python/fastshard/*.so
 	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
