@@ -104,7 +104,7 @@ ruff: setup ## ruff check and ruff format --check over all Python
 	@$(TIMED) ruff-check $(VENV_ABS)/bin/ruff check .
 	@$(TIMED) ruff-format-check $(VENV_ABS)/bin/ruff format --check .
 
-mypy: setup ## mypy --strict over python/fastshard (settings: pyproject.toml [tool.mypy])
+mypy: setup ## mypy --strict over python/fastshard and benches/fastshard_lab (settings: pyproject.toml [tool.mypy])
 	@$(TIMED) mypy $(VENV_ABS)/bin/mypy
 
 # The stubs are written by hand; stubtest compares them with the module built
@@ -117,7 +117,7 @@ stubtest: develop ## python/fastshard/_native.pyi against the built fastshard._n
 docs: setup ## Build the documentation site into site/ with mkdocs build --strict
 	@$(TIMED) docs env NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
-layers: setup ## scripts/check_layers.py: no Python import cycle, no two Rust top-level modules importing each other
+layers: setup ## scripts/check_layers.py: no Python import cycle, fastshard never imports the lab, no two Rust top-level modules importing each other
 	@$(TIMED) layers $(PY) scripts/check_layers.py
 
 clippy: setup ## cargo clippy -D warnings, with and without the "python" feature
@@ -129,17 +129,17 @@ fmt: setup ## Reformat Rust and Python sources in place
 	$(VENV_ABS)/bin/ruff format .
 	$(VENV_ABS)/bin/ruff check --fix .
 
-bench: develop-release ## Release build, then fastshard bench --preset local (BENCH_ARGS="--runs 5 ..."; presets: fastshard bench --help)
-	@$(TIMED) bench-local $(PY) -m fastshard bench --preset local $(BENCH_ARGS)
+bench: develop-release ## Release build, then the lab's local preset (BENCH_ARGS="--runs 5 ..."; presets: python -m fastshard_lab --help)
+	@$(TIMED) bench-local $(PY) -m fastshard_lab --preset local $(BENCH_ARGS)
 
-bench-remote: develop-release ## Release build, then fastshard bench --preset remote: SeaweedFS + nginx (BENCH_ARGS="--quick ...")
-	@$(TIMED) bench-remote $(PY) -m fastshard bench --preset remote $(BENCH_ARGS)
+bench-remote: develop-release ## Release build, then python -m fastshard_lab --preset remote: SeaweedFS + nginx (BENCH_ARGS="--quick ...")
+	@$(TIMED) bench-remote $(PY) -m fastshard_lab --preset remote $(BENCH_ARGS)
 
-bench-ready: develop-release ## Release build, then fastshard bench --preset ready: vllm serve to first completion, fastshard vs vLLM's loaders, local and S3
-	@$(TIMED) bench-ready $(PY) -m fastshard bench --preset ready $(BENCH_ARGS)
+bench-ready: develop-release ## Release build, then python -m fastshard_lab --preset ready: vllm serve to first completion, fastshard vs vLLM's loaders, local and S3
+	@$(TIMED) bench-ready $(PY) -m fastshard_lab --preset ready $(BENCH_ARGS)
 
-bench-tp: develop-release ## Release build, then fastshard bench --preset tp: world size 4 from one model on SeaweedFS, every layout vs tensorizer
-	@$(TIMED) bench-tp $(PY) -m fastshard bench --preset tp $(BENCH_ARGS)
+bench-tp: develop-release ## Release build, then python -m fastshard_lab --preset tp: world size 4 from one model on SeaweedFS, every layout vs tensorizer
+	@$(TIMED) bench-tp $(PY) -m fastshard_lab --preset tp $(BENCH_ARGS)
 
 demo: develop-demo shaper ## The main job: a ~1 GiB model on a local S3 server, loaded by 4 ranks (fastshard vs tensorizer), on loopback and through the shaping proxy
 	@$(TIMED) demo $(PY) scripts/demo_s3.py $(DEMO_ARGS)

@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 import fastshard
-from fastshard.bench.servers import SeaweedFS, find_binary
-from fastshard.bench.workload import weights_module
+from fastshard_lab.servers import SeaweedFS, find_binary
+from fastshard_lab.workload import weights_module
 
 
 def timed(fn) -> float:

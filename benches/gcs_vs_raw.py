@@ -2,7 +2,7 @@
 emulator, one run: a model's tensors uploaded to fake-gcs-server (started
 on 127.0.0.1 for the run), then, alternating, ``fastshard.load`` into
 parameters already written and ``streams`` parallel ranged GETs of the whole
-object into a buffer already written (``fastshard.bench.raw``). Both pay the
+object into a buffer already written (``fastshard_lab.raw``). Both pay the
 same emulator; the ratio is fastshard's cost over a client that only moves
 bytes. Client CPU (this process) per GB beside each.
 
@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 
 import fastshard
-from fastshard.bench.gcs import FakeGcs, find_fake_gcs
-from fastshard.bench.raw import parallel_get, split
-from fastshard.bench.workload import weights_module
+from fastshard_lab.gcs import FakeGcs, find_fake_gcs
+from fastshard_lab.raw import parallel_get, split
+from fastshard_lab.workload import weights_module
 
 
 def cpu_seconds() -> float:

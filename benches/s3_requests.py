@@ -21,9 +21,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import fastshard
-from fastshard.bench import raw
-from fastshard.bench.servers import SeaweedFS, find_binary
-from fastshard.bench.workload import weights_module
+from fastshard_lab import raw
+from fastshard_lab.servers import SeaweedFS, find_binary
+from fastshard_lab.workload import weights_module
 
 MiB = 1 << 20
 

@@ -11,6 +11,10 @@ other; importing ``a.b`` is not counted as importing ``a`` (Python runs
 Dynamic imports (``importlib.import_module`` with a computed name) are not
 seen.
 
+The benchmark lab (benches/fastshard_lab) gets the same cycle check, and
+the package may not import it at all: the lab is a development package
+outside the wheel, built on fastshard, never under it.
+
 Rust (rust/): no two top-level modules (``rust/<name>.rs`` or
 ``rust/<name>/``, lib.rs excepted) that refer to each other, through
 ``crate::<other>`` paths anywhere in the code (``use`` or inline) or
@@ -192,6 +196,26 @@ def check_python(package: Path, root: Path) -> list[str]:
     return problems
 
 
+def check_no_import(package: Path, forbidden: str, root: Path) -> list[str]:
+    """An import of ``forbidden`` (or a module under it) anywhere in the package."""
+    problems = []
+    for path in sorted(package.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                if name == forbidden or name.startswith(forbidden + "."):
+                    problems.append(
+                        f"{package.name} imports {name} ({_shown(path, root)}:{node.lineno}): "
+                        f"{forbidden} is outside the wheel"
+                    )
+    return problems
+
+
 def python_graph(package: Path) -> str:
     edges, modules = python_edges(package)
     out: dict[str, set[str]] = {m: set() for m in modules}
@@ -350,12 +374,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     root = args.root.resolve()
     package = root / "python" / "fastshard"
+    lab = root / "benches" / "fastshard_lab"
     rust = root / "rust"
     if args.graph:
         print(python_graph(package))
         return 0
     failed = False
     py_problems = check_python(package, root) if package.is_dir() else []
+    py_problems += check_python(lab, root) if lab.is_dir() else []
+    py_problems += check_no_import(package, lab.name, root) if package.is_dir() else []
     for p in py_problems:
         print(f"error: {p}", file=sys.stderr)
     failed |= bool(py_problems)
@@ -364,7 +391,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {p}", file=sys.stderr)
     failed |= bool(rust_problems)
     if not failed:
-        print("layers: no Python import cycle, no pair of Rust modules importing each other")
+        print(
+            "layers: no Python import cycle, fastshard never imports fastshard_lab, "
+            "no pair of Rust modules importing each other"
+        )
     return 1 if failed else 0
 
 

@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 import fastshard
-from fastshard.bench import loaders, measure, report, workload
-from fastshard.bench.params import BENCH_DIR, GiB, MiB
+from fastshard_lab import loaders, measure, report, workload
+from fastshard_lab.params import BENCH_DIR, GiB, MiB
 
 ORDER = ("fastshard", "tensorizer", "safetensors")
 

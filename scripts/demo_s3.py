@@ -1,6 +1,6 @@
 """fastshard's main job: a ~1 GiB model on a local S3 server, loaded by several ranks.
 
-1. Starts a SeaweedFS S3 server on 127.0.0.1 (fastshard.bench.servers; stopped by PID at
+1. Starts a SeaweedFS S3 server on 127.0.0.1 (fastshard_lab.servers; stopped by PID at
    the end).
 2. Splits a seeded, Llama-shaped fp16 state dict into --ranks tensor-parallel shards (each
    2-D weight cut along dim 0, the rest replicated), the per-rank files vLLM's sharded
@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import fastshard
-from fastshard.bench import measure, procs, servers, sources, workload
-from fastshard.bench.params import BENCH_DIR, GiB
-from fastshard.bench.shaper import Shaper, find_shaper
+from fastshard_lab import measure, procs, servers, sources, workload
+from fastshard_lab.params import BENCH_DIR, GiB
+from fastshard_lab.shaper import Shaper, find_shaper
 
 TEMPLATE = "demo/model-rank-%03d.tensors"
 LOADERS = ("fastshard", "tensorizer")

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from fastshard.bench.servers import (  # noqa: F401 (re-exported for the tests)
+from fastshard_lab.servers import (  # noqa: F401 (re-exported for the tests)
     ACCESS_KEY,
     BUCKET,
     PUBLIC_BUCKET,
@@ -29,7 +29,7 @@ from fastshard.bench.servers import (  # noqa: F401 (re-exported for the tests)
     stop,
     wait_http,
 )
-from fastshard.bench.shaper import find_shaper
+from fastshard_lab.shaper import find_shaper
 
 
 def require_binary(name: str, *candidates: str) -> str:

@@ -16,7 +16,7 @@ from conftest import assert_state_equal
 from servers import SeaweedFS
 
 import fastshard
-from fastshard.bench.pyshaper import PyShaper
+from fastshard_lab.pyshaper import PyShaper
 
 
 @pytest.mark.s3

@@ -15,7 +15,7 @@ import pytest
 from PIL import Image
 from servers import MissingBinary, require_binary, require_shaper
 
-from fastshard.bench.loaders import RETURNS
+from fastshard_lab.loaders import RETURNS
 
 # Every source: warm and fresh, each beside the raw client into that memory;
 # local files mapped too.
@@ -36,7 +36,7 @@ MODULES = {
 
 def bench(out: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "fastshard", "bench", "--out", str(out), *args],
+        [sys.executable, "-m", "fastshard_lab", "--out", str(out), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -114,11 +114,11 @@ def bench_without(out: Path, module: str, *args: str) -> subprocess.CompletedPro
     """``fastshard bench`` in a process where ``module`` cannot be imported
     (``sys.modules[name] = None`` makes import and find_spec fail)."""
     code = (
-        f"import sys; sys.modules[{module!r}] = None; from fastshard.cli import main; "
+        f"import sys; sys.modules[{module!r}] = None; from fastshard_lab.command import main; "
         "sys.exit(main(sys.argv[1:]))"
     )
     return subprocess.run(
-        [sys.executable, "-c", code, "bench", "--out", str(out), *args],
+        [sys.executable, "-c", code, "--out", str(out), *args],
         capture_output=True,
         text=True,
         timeout=600,
@@ -130,7 +130,7 @@ def test_a_missing_extra_stops_the_run_before_anything_is_measured(tmp_path: Pat
     assert done.returncode == 2, done.stdout + done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert "matplotlib" in lines[0] and "pip install 'fastshard[bench]'" in lines[0]
+    assert "matplotlib" in lines[0] and "requirements-dev.txt" in lines[0]
     assert "Traceback" not in done.stderr
     assert done.stdout == ""  # nothing written, nothing measured
     assert not (tmp_path / "results.json").exists()
@@ -147,7 +147,7 @@ def test_a_missing_peer_is_skipped_with_its_reason(tmp_path: Path) -> None:
     assert {r["loader"] for r in records} == {"ceiling", "fastshard"}
     assert all(r["verified"] for r in records)
     meta = json.loads((tmp_path / "meta.json").read_text())
-    assert "fastshard[bench]" in meta["skipped"]["tensorizer"]
+    assert "requirements-dev.txt" in meta["skipped"]["tensorizer"]
     assert "skipped: tensorizer" in (tmp_path / "table.md").read_text()
 
 
@@ -219,7 +219,7 @@ def test_tp_preset_under_a_node_cap_counts_bytes_through_it_and_exchanged(
 def test_the_shaping_proxy_is_found_never_built(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fastshard.bench.shaper import BUILD, find_shaper
+    from fastshard_lab.shaper import BUILD, find_shaper
 
     fake = tmp_path / "shaper"
     fake.write_text("#!/bin/sh\n")

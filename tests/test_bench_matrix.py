@@ -1,4 +1,4 @@
-"""The Python shaping proxy (fastshard.bench.pyshaper) in front of each S3
+"""The Python shaping proxy (fastshard_lab.pyshaper) in front of each S3
 store, and ``fastshard bench --preset matrix`` end to end at a tiny size:
 every cell measured and every load's data checked. Timing is asserted only
 as lower bounds (a delay the proxy must add), never as targets."""
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from servers import S3Store, SeaweedFS, require_binary
 
-from fastshard.bench.presets.matrix_report import COLUMNS, FIXED
-from fastshard.bench.pyshaper import PyShaper
+from fastshard_lab.presets.matrix_report import COLUMNS, FIXED
+from fastshard_lab.pyshaper import PyShaper
 
 BODY = os.urandom(3 << 20)  # spans many of the proxy's chunks
 
@@ -50,7 +50,7 @@ def test_the_proxy_accepts_a_64_way_load_at_once() -> None:
     """socketserver's default listen backlog (5) drops the SYNs of a load
     opening 64 connections together: they come back a second later, a
     delay no store adds."""
-    from fastshard.bench.pyshaper import _Server
+    from fastshard_lab.pyshaper import _Server
 
     assert _Server.request_queue_size >= 64
 
@@ -113,7 +113,7 @@ def test_matrix_preset_tiny_run_has_every_cell(tmp_path: Path) -> None:
     args = ["--preset", "matrix", "--size-mib", "8", "--stores", "seaweedfs"]
     args += ["--proxies", "pyshaper", "--out", str(out)]
     done = subprocess.run(
-        [sys.executable, "-m", "fastshard", "bench", *args],
+        [sys.executable, "-m", "fastshard_lab", *args],
         capture_output=True,
         text=True,
         timeout=900,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import torch
 
-from fastshard.bench import loaders, report
-from fastshard.bench.presets import remote_report
+from fastshard_lab import loaders, report
+from fastshard_lab.presets import remote_report
 
 
 def _rec(loader: str, kind: str, gbps: float, cpu: float | None) -> dict[str, Any]:

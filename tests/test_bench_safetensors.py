@@ -18,7 +18,7 @@ from servers import require_binary
 def test_safetensors_preset_tiny_run(tmp_path: Path) -> None:
     require_binary("weed")
     done = subprocess.run(
-        [sys.executable, "-m", "fastshard", "bench", "--out", str(tmp_path / "out"),
+        [sys.executable, "-m", "fastshard_lab", "--out", str(tmp_path / "out"),
          "--preset", "safetensors", "--size", "32MiB", "--runs", "1", "--no-warmup",
          "--shards", "4", "--world-size", "2", "--scratch", str(tmp_path / "scratch")],
         capture_output=True,

@@ -66,6 +66,25 @@ def test_a_cycle_through_relative_imports_of_a_subpackage(tmp_path: Path) -> Non
     assert "fastshard.options, fastshard.sub.loader" in out.stderr
 
 
+def test_the_package_importing_the_lab_fails(tmp_path: Path) -> None:
+    root = tree(
+        tmp_path,
+        {
+            PKG + "__init__.py": "",
+            PKG + "cli.py": """\
+                def bench():
+                    from fastshard_lab.command import main  # deferred, still counted
+                    return main()
+            """,
+            "benches/fastshard_lab/__init__.py": "",
+            "benches/fastshard_lab/command.py": "import fastshard\n",  # the lab may use it
+        },
+    )
+    out = check(root)
+    assert out.returncode == 1, out
+    assert "fastshard imports fastshard_lab.command (python/fastshard/cli.py:2)" in out.stderr
+
+
 def test_type_checking_imports_and_a_dag_pass(tmp_path: Path) -> None:
     root = tree(
         tmp_path,

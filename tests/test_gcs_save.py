@@ -1,6 +1,6 @@
 """Saves to gs:// through the Cloud Storage emulator, fake-gcs-server, on
 port 80 (Google's client, which fastshard saves through, leaves the port out
-of its Host header: see ``fastshard.bench.gcs``). The object holds exactly
+of its Host header: see ``fastshard_lab.gcs``). The object holds exactly
 the bytes of a local save and loads bit for bit through fastshard and
 through the real tensorizer (its HTTP reader on the emulator's download
 address), whether it went up in one request or in several; a second save

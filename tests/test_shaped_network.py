@@ -22,7 +22,7 @@ from conftest import TRANSPORTS, assert_state_equal, transport_server
 from servers import require_shaper
 
 import fastshard
-from fastshard.bench.shaper import Shaper
+from fastshard_lab.shaper import Shaper
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -301,7 +301,7 @@ def test_network_preset_sets_the_default_beside_fixed_part_sizes(
     out = tmp_path / "out"
     done = subprocess.run(
         [
-            sys.executable, "-m", "fastshard", "bench", "--out", str(out), "--preset", "network",
+            sys.executable, "-m", "fastshard_lab", "--out", str(out), "--preset", "network",
             "--size", "8MiB", "--repeat", "1", "--service-ms", "50", "--part-mib", "4",
             "--only", "fastshard-default", "fastshard-4MiB",
         ],

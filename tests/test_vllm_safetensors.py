@@ -25,7 +25,7 @@ from vllm_engine_files import (
     tiny_llama,
 )
 
-from fastshard.bench.served import Served
+from fastshard_lab.served import Served
 
 pytestmark = pytest.mark.s3
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from vllm_engine_files import BIN, PROMPTS, SERVE_ARGS, engine_env, serialized
 
-from fastshard.bench.served import Served
+from fastshard_lab.served import Served
 
 pytestmark = pytest.mark.s3
 

@@ -20,8 +20,8 @@ import torch
 from tensorizer import EncryptionParams, TensorSerializer
 
 import fastshard
-from fastshard.bench import served
 from fastshard.vllm.names import CHECKPOINT_MARKER
+from fastshard_lab import served
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -153,7 +153,7 @@ def build(root: Path, seaweed: Any, prefix: str) -> Files:
 
 
 def engine_env(seaweed: Any, cache: Path, **extra: str) -> dict[str, str]:
-    """The environment of every engine (fastshard.bench.served.engine_env:
+    """The environment of every engine (fastshard_lab.served.engine_env:
     the one the time-to-ready benchmark uses too), with this folder on
     PYTHONPATH for the runner's imports."""
     env = served.engine_env(seaweed.endpoint, seaweed.access_key, seaweed.secret_key, cache)

@@ -5,7 +5,7 @@ copy-on-write mapping of the file (``Reader.map``) into their
 destinations: one pass over memory, where the staging engine reads them
 into slabs first and casts out of those (two). It is what safetensors'
 ``load_file`` followed by ``.to(dtype)`` does. Measured on 2 cores, bf16
-to float16, against that (``fastshard bench --preset cast``, one run):
+to float16, against that (the lab's ``--preset cast``, one run):
 10,000 small tensors 1.84x as new tensors and 1.22x into parameters, a
 1 GiB file 1.01x and 1.15x (an hour before, through the slabs: 1.02x, 0.62x,
 0.75x, 0.43x).

@@ -16,7 +16,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from . import _hf, _native, _progress, packed, shard
-from .bench import command as bench_command
 from .crypt import EncryptionKey, NativeKey
 from .errors import FastshardError, FormatError, IntegrityError, InvalidArgumentError
 
@@ -279,7 +278,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv[:1] == ["bench"]:
-            return bench_command.main(argv[1:])
+            print(
+                "fastshard bench: the benchmark presets moved to the development lab "
+                "(benches/ in a fastshard checkout: python -m fastshard_lab --help)",
+                file=sys.stderr,
+            )
+            return EXIT_ERROR
         args = build_parser().parse_args(argv)
         return int(args.func(args))
     except BrokenPipeError:

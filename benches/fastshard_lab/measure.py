@@ -89,7 +89,7 @@ def _spawn(case: Case, spec: dict[str, Any]) -> subprocess.Popen[str]:
     # The spec travels in the environment, not argv: it can hold S3 keys,
     # and any user can read a process's argv.
     return subprocess.Popen(
-        [sys.executable, "-m", "fastshard.bench.child"],
+        [sys.executable, "-m", "fastshard_lab.child"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -1,5 +1,5 @@
 """Plain values every preset parses the same way: sizes, lists of integers,
-the workload shapes, where results go. Torch-free, so ``fastshard bench
+the workload shapes, where results go. Torch-free, so ``python -m fastshard_lab
 --help`` (and the missing-extra check) never waits for torch."""
 
 from __future__ import annotations

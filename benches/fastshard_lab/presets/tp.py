@@ -198,7 +198,9 @@ def _measure(
     try:
         binary = find_shaper(release=True)
     except MissingBinary as e:
-        raise deps.MissingDependency(f"fastshard bench --preset tp --node-mbps: {e}") from None
+        raise deps.MissingDependency(
+            f"python -m fastshard_lab --preset tp --node-mbps: {e}"
+        ) from None
     shaper = Shaper(
         s3.s3_port, root / "shaper", latency_ms=args.latency_ms,
         rate_mbps=args.conn_mbps, node_mbps=args.node_mbps, service_slots=0,
@@ -227,7 +229,9 @@ def run(args: argparse.Namespace) -> int:
         modes.remove("tensorizer")
     programs = sources.find_servers({"s3"}, skipped)
     if not programs or not modes:
-        raise deps.MissingDependency(f"fastshard bench --preset tp: nothing to measure ({skipped})")
+        raise deps.MissingDependency(
+            f"python -m fastshard_lab --preset tp: nothing to measure ({skipped})"
+        )
     root = Path(tempfile.mkdtemp(prefix="fastshard-tp-"))
     try:
         with sources.local_servers(root, programs) as up:

@@ -1,7 +1,7 @@
-"""``fastshard bench [--preset NAME] [options]``: pick a preset, parse its
+"""``python -m fastshard_lab [--preset NAME] [options]``: pick a preset, parse its
 options, check what it needs, run it.
 
-Every preset is a module of ``fastshard.bench.presets`` with a docstring
+Every preset is a module of ``fastshard_lab.presets`` with a docstring
 (its ``--help``), ``add_arguments(parser)``, ``requires(args)`` (the modules
 it cannot run without) and ``run(args) -> exit code``. Torch-free: ``--help``
 and the dependency check answer before torch would have loaded.
@@ -17,7 +17,7 @@ from types import ModuleType
 
 from .deps import MissingDependency, require
 
-# name → (module under fastshard.bench.presets, one line for --help)
+# name → (module under fastshard_lab.presets, one line for --help)
 PRESETS = {
     "default": ("default", "every loader on file, S3 and HTTP, checked, with plots"),
     "local": ("local", "local files: 1 GiB of 16 MiB tensors and 10,000 small ones"),
@@ -36,18 +36,18 @@ EXIT_MISSING = 2
 
 
 def _module(preset: str) -> ModuleType:
-    return importlib.import_module(f"fastshard.bench.presets.{PRESETS[preset][0]}")
+    return importlib.import_module(f"fastshard_lab.presets.{PRESETS[preset][0]}")
 
 
 def _epilog() -> str:
-    lines = ["presets (fastshard bench --preset NAME --help lists a preset's options):"]
+    lines = ["presets (python -m fastshard_lab --preset NAME --help lists a preset's options):"]
     lines += [f"  {name:<14} {summary}" for name, (_, summary) in PRESETS.items()]
     return "\n".join(lines)
 
 
 def build_parser(preset: str = "default") -> argparse.ArgumentParser:
     mod = _module(preset)
-    prog = "fastshard bench" + ("" if preset == "default" else f" --preset {preset}")
+    prog = "python -m fastshard_lab" + ("" if preset == "default" else f" --preset {preset}")
     p = argparse.ArgumentParser(
         prog=prog,
         description=mod.__doc__,
@@ -63,14 +63,14 @@ def build_parser(preset: str = "default") -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    first = argparse.ArgumentParser(prog="fastshard bench", add_help=False)
+    first = argparse.ArgumentParser(prog="python -m fastshard_lab", add_help=False)
     first.add_argument("--preset", choices=list(PRESETS), default="default")
     preset = first.parse_known_args(argv)[0].preset
     args = build_parser(preset).parse_args(argv)
     mod = _module(preset)
     try:
         # Before anything is written or measured: a run must not fail at its end.
-        require(mod.requires(args), who=f"fastshard bench --preset {preset}")
+        require(mod.requires(args), who=f"python -m fastshard_lab --preset {preset}")
         return int(mod.run(args))
     except MissingDependency as e:
         print(e, file=sys.stderr)

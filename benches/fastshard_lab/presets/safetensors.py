@@ -1,6 +1,6 @@
 """safetensors and Hugging Face checkpoints: fastshard reading the
 ``.safetensors`` file itself against the loaders people use for it
-(``make``-free: ``fastshard bench --preset safetensors``).
+(``make``-free: ``python -m fastshard_lab --preset safetensors``).
 
 One file of fp16 tensors of 16 MiB (--size, default 1 GiB) written by
 safetensors' ``save_file``:

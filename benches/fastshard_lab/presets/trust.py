@@ -2,14 +2,14 @@
 
 Each variant (plain, verify_hash, encrypted, encrypted + verify_hash) is loaded by fastshard
 and by tensorizer from a local file and from S3 (SeaweedFS on loopback), every load in a
-fresh process, in rounds whose order alternates (fastshard.bench.measure). The table gives
+fresh process, in rounds whose order alternates (fastshard_lab.measure). The table gives
 each variant's throughput as a ratio of the same loader's plain load in the same run, and
 fastshard's verify_hash and encrypted rows as a ratio of their ceiling: min(its plain load,
 the reference code on every core, measured in this run): hashlib's SHA-256 (OpenSSL) for the
 hashes, libsodium's secretbox through tensorizer's own binding (libnacl) for decryption. The
 targets: >= 0.9x the ceiling, and an encrypted load >= 1.2x tensorizer's.
 
-    fastshard bench --preset trust [--size 512MiB] [--repeat 3] [--sources file,s3]
+    python -m fastshard_lab --preset trust [--size 512MiB] [--repeat 3] [--sources file,s3]
 """
 
 from __future__ import annotations
@@ -210,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
     programs = sources.find_servers(which & {"s3"}, skipped)
     if not loaders or not ("file" in which or programs):
         raise deps.MissingDependency(
-            f"fastshard bench --preset trust: nothing to measure ({skipped})"
+            f"python -m fastshard_lab --preset trust: nothing to measure ({skipped})"
         )
     scratch = Path(tempfile.mkdtemp(prefix="fastshard-trust-"))
     key = secrets.token_bytes(32)

@@ -1,4 +1,4 @@
-"""``fastshard bench``: one run that measures fastshard against the raw
+"""``python -m fastshard_lab``: one run that measures fastshard against the raw
 ceiling of each source and against tensorizer, Run:ai Model Streamer,
 safetensors and torch.load, on the same tensors.
 
@@ -20,7 +20,7 @@ return new tensors (safetensors: ``load_file`` + ``clone``). Local files are
 also loaded mapped: ``load_state_dict(mmap=True)`` against safetensors'
 mapped ``load_file``, every page touched.
 
-Needs the 'bench' extra (pip install 'fastshard[bench]'), checked before
+Needs the development requirements (pip install -r requirements-dev.txt), checked before
 anything runs; a peer or server program that is missing is skipped with the
 reason. Writes results.json (one record per source and loader), runs.json,
 meta.json, table.md and PNG plots (throughput per loader and source;
@@ -226,7 +226,9 @@ def run(args: argparse.Namespace) -> int:
     which = {"s3", "http", "file"} if args.source == "all" else {args.source}
     programs = {} if args.uri else sources.find_servers(which, skipped)
     if not wanted or (not args.uri and not programs and "file" not in which):
-        raise deps.MissingDependency(f"fastshard bench: nothing left to measure ({skipped})")
+        raise deps.MissingDependency(
+            f"python -m fastshard_lab: nothing left to measure ({skipped})"
+        )
     meta: dict[str, Any] = {"machine": machine.describe(), "args": vars(args), "skipped": skipped}
     scratch = Path(tempfile.mkdtemp(prefix="fastshard-bench-"))
     try:

@@ -290,12 +290,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         shaper_bin = find_shaper(release=True)
     except MissingBinary as e:
-        raise deps.MissingDependency(f"fastshard bench --preset network: {e}") from None
+        raise deps.MissingDependency(f"python -m fastshard_lab --preset network: {e}") from None
     skipped: dict[str, str] = {}
     deps.runnable(["tensorizer", "runai"], skipped)
     programs = sources.find_servers({"s3"}, skipped)
     if not programs:
-        raise deps.MissingDependency(f"fastshard bench --preset network: no S3 server ({skipped})")
+        raise deps.MissingDependency(
+            f"python -m fastshard_lab --preset network: no S3 server ({skipped})"
+        )
     scratch = Path(tempfile.mkdtemp(prefix="fastshard-net-"))
     try:
         print(f"writing an llm workload of {args.size / 2**20:.0f} MiB ...", flush=True)

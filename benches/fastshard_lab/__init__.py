@@ -1,5 +1,9 @@
-"""The benchmark harness behind ``fastshard bench`` (needs the ``bench``
-extra: ``pip install 'fastshard[bench]'``).
+"""fastshard's benchmark lab: ``python -m fastshard_lab [--preset NAME]``.
+
+A development package (benches/pyproject.toml), installed editable by the
+checkout's requirements, never shipped in fastshard's wheel; it imports
+fastshard, and fastshard never imports it. The servers it starts are shared
+with the tests (tests/servers.py). benches/README.md says how to run it.
 
 One library, layered so no module imports one above it:
   command.py    the CLI: ``--preset NAME`` picks a module of presets/, which

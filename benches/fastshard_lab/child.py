@@ -1,4 +1,4 @@
-"""One measured load in a fresh process: ``python -m fastshard.bench.child``
+"""One measured load in a fresh process: ``python -m fastshard_lab.child``
 with the JSON spec in $FASTSHARD_BENCH_SPEC (or as its argument) prints one
 JSON line: seconds, bytes, CPU seconds, minor page
 faults, RSS before and at its peak during the load, the digest of what the

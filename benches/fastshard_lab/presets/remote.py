@@ -210,7 +210,9 @@ def run(args: argparse.Namespace) -> int:
     deps.runnable(["tensorizer", "runai"], skipped)
     programs = sources.find_servers({"s3", "http"}, skipped)
     if not programs:
-        raise deps.MissingDependency(f"fastshard bench --preset remote: no server ({skipped})")
+        raise deps.MissingDependency(
+            f"python -m fastshard_lab --preset remote: no server ({skipped})"
+        )
     info = machine.describe()
     print("# fastshard remote benchmark (S3: SeaweedFS, HTTP: nginx, both on 127.0.0.1)")
     print("\n".join(machine.header(info)), flush=True)

@@ -1,0 +1,2 @@
+"""The presets of ``python -m fastshard_lab`` (``--preset NAME``), one module each;
+``fastshard_lab.command`` lists them."""

@@ -1,2 +1,0 @@
-"""The presets of ``fastshard bench`` (``--preset NAME``), one module each;
-``fastshard.bench.command`` lists them."""
