@@ -2,92 +2,20 @@
 just the object's bytes. Python threads doing ranged GETs ``readinto`` one
 buffer (pre-faulted: the transfer alone; or fresh memory, whose page faults a
 loader returning new tensors pays too), ``curl`` processes writing to
-/dev/null, and a plain sequential read of a local file."""
+/dev/null, and a plain sequential read of a local file. The ranged-GET
+client itself (split, parallel_get, object_size) is the wheel's, which
+``fastshard bench URI`` measures with too (fastshard.benchmark.raw)."""
 
 from __future__ import annotations
 
 import mmap
 import subprocess
-import threading
 from typing import Any
-from urllib.parse import urlsplit
+
+from fastshard.benchmark.raw import object_size, parallel_get, split
 
 MiB = 1 << 20
 Result = tuple[Any, dict[str, Any]]
-
-
-def split(size: int, n: int) -> list[tuple[int, int]]:
-    """``n`` contiguous [start, end) ranges covering ``size`` bytes, as equal as possible."""
-    n = max(1, min(n, size))
-    step, extra = divmod(size, n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + step + (1 if i < extra else 0)
-        out.append((start, end))
-        start = end
-    return out
-
-
-def _connect(url: str) -> tuple[Any, str]:
-    """A new connection to ``url``'s host, and the request target."""
-    import http.client
-
-    parts = urlsplit(url)
-    target = parts.path + (f"?{parts.query}" if parts.query else "")
-    https = parts.scheme == "https"
-    conn_cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
-    return conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=120), target
-
-
-def parallel_get(url: str, view: memoryview, ranges: list[tuple[int, int]]) -> None:
-    """One thread per range, each one ranged GET ``readinto`` its part of
-    ``view`` (object offsets = view offsets)."""
-    errors: list[BaseException] = []
-
-    def fetch(start: int, end: int) -> None:
-        try:
-            conn, target = _connect(url)
-            conn.request("GET", target, headers={"Range": f"bytes={start}-{end - 1}"})
-            resp = conn.getresponse()
-            # rclone serve s3 answers a ranged GET 200 with the Content-Range
-            # of exactly the bytes asked for (rclone.py): those bytes, as a 206.
-            exact = (resp.getheader("Content-Range") or "").startswith(f"bytes {start}-{end - 1}/")
-            if resp.status != 206 and not (resp.status == 200 and exact):
-                raise RuntimeError(f"GET {start}-{end - 1}: HTTP {resp.status}")
-            pos = start
-            while pos < end:
-                n = resp.readinto(view[pos:end])
-                if not n:
-                    raise RuntimeError(f"short body at {pos} of {start}-{end - 1}")
-                pos += n
-            conn.close()
-        except BaseException as e:  # noqa: BLE001 (raised below, in the main thread)
-            errors.append(e)
-
-    threads = [threading.Thread(target=fetch, args=r) for r in ranges]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-
-
-def object_size(url: str) -> int:
-    """The object's size, from a one-byte ranged GET's ``Content-Range``: the
-    round trip a client that is not told the size pays before its ranged GETs
-    (s5cmd and the AWS CLI send a HEAD; a presigned URL signs GET only)."""
-    conn, target = _connect(url)
-    try:
-        conn.request("GET", target, headers={"Range": "bytes=0-0"})
-        resp = conn.getresponse()
-        resp.read()
-        total = (resp.getheader("Content-Range") or "").rpartition("/")[2]
-        if resp.status != 206 or not total.isdigit():
-            raise RuntimeError(f"size lookup: HTTP {resp.status}, Content-Range {total!r}")
-        return int(total)
-    finally:
-        conn.close()
 
 
 def buffer(spec: dict[str, Any]) -> Any:

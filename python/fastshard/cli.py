@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from . import _hf, _native, _progress, packed, shard
+from .benchmark import command as bench_command
 from .crypt import EncryptionKey, NativeKey
 from .errors import FastshardError, FormatError, IntegrityError, InvalidArgumentError
 
@@ -260,13 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="encrypted files: the name of an environment variable holding the passphrase",
     )
     p.set_defaults(func=cmd_verify)
-    # Listed here; its presets parse their own options (main hands them over).
-    sub.add_parser(
-        "bench",
-        add_help=False,
-        help="benchmark fastshard against the raw ceiling and the other loaders "
-        "(`fastshard bench --help`)",
-    )
+    bench_command.add_parser(sub)
     from .vllm import serialize_cli, serve  # import neither torch nor vLLM until run
 
     serve.add_parser(sub)
@@ -277,13 +272,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if argv[:1] == ["bench"]:
-            print(
-                "fastshard bench: the benchmark presets moved to the development lab "
-                "(benches/ in a fastshard checkout: python -m fastshard_lab --help)",
-                file=sys.stderr,
-            )
-            return EXIT_ERROR
         args = build_parser().parse_args(argv)
         return int(args.func(args))
     except BrokenPipeError:
