@@ -31,6 +31,11 @@ trap 'rm -rf "$out"' EXIT
 (cd "$ROOT" && PYO3_PYTHON="$MAIN/bin/python" PYO3_BUILD_EXTENSION_MODULE=1 PYO3_ENVIRONMENT_SIGNATURE="$sig" \
   "$MAIN/bin/maturin" build --interpreter "$MAIN/bin/python" --out "$out" --quiet)
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall "$out"/fastshard-*.whl
+# The tests' servers come from the benchmark lab (benches/, outside the wheel), editable:
+# installed once, it follows the checkout.
+if ! "$VENV/bin/python" -c 'import fastshard_lab' 2>/dev/null; then
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e "$ROOT/benches"
+fi
 say "vllm $("$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("vllm"))'), torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)')"
 cd "$ROOT"
 CONTRACT_TESTS=(tests/test_vllm_plugin.py tests/test_vllm_config.py tests/test_vllm_loader.py
