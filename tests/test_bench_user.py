@@ -140,3 +140,26 @@ def test_a_loader_whose_tensors_differ_fails_the_run(
     got = rows(capsys.readouterr().out)
     assert got["safetensors"].split("  ")[-1].startswith("NO: ")
     assert "norm" in got["safetensors"]
+
+
+@pytest.mark.parametrize(
+    ("loader", "uri", "why"),
+    [
+        ("tensorizer", "s3://b/m.tensors", None),
+        ("tensorizer", "gs://b/m.tensors", "reads tensorizer files from disk, S3 and HTTP only"),
+        ("tensorizer", "/m.safetensors", "reads tensorizer files from disk, S3 and HTTP only"),
+        ("runai", "http://h/m.safetensors", "reads .safetensors files from disk, S3 and GCS only"),
+        ("runai", "/m.tensors", "reads .safetensors files from disk, S3 and GCS only"),
+        ("safetensors", "s3://b/m.safetensors", "reads local .safetensors files only"),
+        ("raw", "gs://b/m.tensors", "no raw client for gs:// (give its https:// URL)"),
+        ("raw", "https://h/m.tensors", None),
+        ("fastshard", "gs://b/m.tensors", None),
+    ],
+)
+def test_which_loader_reads_what(loader: str, uri: str, why: str | None) -> None:
+    assert loaders.plan(loader, uri) == why
+
+
+def test_an_unknown_loader_is_refused(files: dict[str, Path]) -> None:
+    done = bench(str(files["tensors"]), "--loaders", "fastshard,curl", "--no-plot")
+    assert done.returncode == 2 and "curl" in done.stderr, done.stdout + done.stderr

@@ -216,8 +216,15 @@ def _bar(args: argparse.Namespace, total: int) -> Any:
 def run(args: argparse.Namespace) -> int:
     names = [n for n in args.loaders.split(",") if n]
     unknown = [n for n in names if n not in loaders.LOADERS]
-    if unknown or args.repeat < 1:
-        print(f"fastshard bench: unknown loader {unknown} or --repeat < 1", file=sys.stderr)
+    if unknown:
+        known = ", ".join(loaders.LOADERS)
+        print(
+            f"fastshard bench: unknown loader {', '.join(unknown)} (known: {known})",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    if args.repeat < 1:
+        print("fastshard bench: --repeat must be at least 1", file=sys.stderr)
         return EXIT_ERROR
     try:
         import torch  # noqa: F401

@@ -60,8 +60,9 @@ def plan(loader: str, uri: str) -> str | None:
     if loader == "runai":
         if not is_st or where in ("http", "https"):
             return "reads .safetensors files from disk, S3 and GCS only"
-        if where == "s3" and not _installed("runai_model_streamer_s3"):
-            return "not installed for S3 (pip install runai-model-streamer-s3)"
+        backend = {"s3": "s3", "gs": "gcs"}.get(where)
+        if backend and not _installed(f"runai_model_streamer_{backend}"):
+            return f"not installed for {where}:// (pip install runai-model-streamer-{backend})"
     if loader == "safetensors" and (not is_st or where != "file"):
         return "reads local .safetensors files only"
     if loader == "raw":
