@@ -74,4 +74,7 @@ def test_the_lab_is_its_own_package_with_its_presets() -> None:
     for name in ("servers.py", "web.py", "moto.py", "rclone.py", "gcs.py", "shaper.py"):
         assert (lab / name).is_file(), name
     assert (lab / "presets" / "matrix.py").is_file()
+    # The wheel's bench extra names what `fastshard bench URI` compares with, no server.
+    extra = " ".join(PYPROJECT["project"]["optional-dependencies"]["bench"])
+    assert not [s for s in ("seaweedfs", "moto", "rclone", "fake-gcs") if s in extra], extra
     assert "-e ./benches" in (ROOT / "requirements-demo.txt").read_text().splitlines()
