@@ -59,6 +59,17 @@ class ProxyLog:
     etags: int = 0
     seen: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
 
+    @property
+    def probes(self) -> int:
+        """Requests for an object's first byte alone: the probe a network
+        open sends beside its first read (one attempt, never retried)."""
+        return sum(h.get("range") == "bytes=0-0" for _, _, h in self.seen)
+
+    @property
+    def reads(self) -> list[tuple[str, str, dict[str, str]]]:
+        """Every request but the probes, in order."""
+        return [r for r in self.seen if r[2].get("range") != "bytes=0-0"]
+
 
 class FaultProxy:
     """A threaded HTTP/1.1 proxy on 127.0.0.1 in front of ``upstream``.

@@ -87,19 +87,31 @@ def test_big_object_many_ranged_reads(remote):
         out = f.load_state_dict()
         stats = f.stats
     assert_same(out, c.source)
-    # By default a 43 MiB load gets 1 MiB parts (one per request it starts
-    # with, 64): dozens of ranged GETs, sent at once. How many are still in
-    # flight together depends on how fast loopback answers the first ones,
-    # and parts a busy server has not begun to answer are joined and sent
-    # again (38 requests of 43 parts in one CI run), so both bounds sit well
-    # above a fixed 16 but below the part count.
-    assert stats.requests >= 24 and stats.concurrency >= 24
+    in_turn = any("seen when it was opened" in a for a in stats.adaptations)
+    if transport == "moto" or in_turn:
+        # moto reads the whole object for every ranged GET, one request at a
+        # time: the open's probe, answered a whole read after discovery,
+        # says so, and the load sends one part, then the rest in one or two
+        # requests, never a wave of 43 it would serve even once cancelled.
+        # (Another loopback store may look so on a busy machine: then the
+        # same few requests.)
+        assert in_turn, stats
+        assert 2 <= stats.requests <= 4, stats
+    else:
+        # By default a 43 MiB load gets 1 MiB parts (one per request it
+        # starts with, 64): dozens of ranged GETs, sent at once. How many are
+        # still in flight together depends on how fast loopback answers the
+        # first ones, and parts a busy server has not begun to answer are
+        # joined and sent again (38 requests of 43 parts in one CI run), so
+        # both bounds sit well above a fixed 16 but below the part count.
+        assert stats.requests >= 24 and stats.concurrency >= 24, stats
     # Set by hand: 4 MiB parts, 8 in flight at most.
     with fastshard.open(c.uris[transport], part_size_bytes=4 * MiB, concurrency=8, **opts) as f:
         out = f.load_state_dict()
         big_parts = f.stats
     assert_same(out, c.source)
-    assert 10 <= big_parts.requests < stats.requests
+    assert 10 <= big_parts.requests
+    assert in_turn or big_parts.requests < stats.requests
     assert 1 <= big_parts.concurrency <= 8
     for s in (stats, big_parts):
         assert c.tensor_bytes <= s.bytes_fetched <= 1.01 * c.size

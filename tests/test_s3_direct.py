@@ -26,7 +26,7 @@ SECRET_RE = re.compile(r"x-amz-signature=|x-amz-credential=", re.IGNORECASE)
 
 def _parts(proxy: FaultProxy) -> list[tuple[str, dict[str, str]]]:
     """Target and headers of the ranged GETs after discovery's first."""
-    gets = [(t, h) for method, t, h in proxy.log.seen if method == "GET" and "range" in h]
+    gets = [(t, h) for method, t, h in proxy.log.reads if method == "GET" and "range" in h]
     return gets[1:]
 
 

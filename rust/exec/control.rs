@@ -41,9 +41,11 @@ impl Control {
         let start = opts.concurrency.max(1);
         let growth = Growth::new(start, opts.max_concurrency.unwrap_or(start), now)
             .with_target(opts.throughput_target);
-        let sizer = opts
-            .join_up_to
-            .map(|max| Arc::new(Mutex::new(Sizer::new(max, start as u64, now))));
+        let sizer = opts.join_up_to.map(|max| {
+            Arc::new(Mutex::new(
+                Sizer::new(max, start as u64, now).known(opts.in_turn),
+            ))
+        });
         Control {
             growth: Mutex::new(growth),
             judge: Mutex::new(Judge::new(now)),

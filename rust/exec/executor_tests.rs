@@ -77,6 +77,7 @@ fn staging_budget_bounds_parts_in_flight() {
         max_concurrency: None,
         throughput_target: None,
         join_up_to: None,
+        in_turn: None,
         gate: None,
     };
     let stats = run(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap();
@@ -109,6 +110,7 @@ fn a_part_larger_than_the_budget_is_refused_before_any_read() {
         max_concurrency: None,
         throughput_target: None,
         join_up_to: None,
+        in_turn: None,
         gate: None,
     };
     let err = run(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap_err();
@@ -253,6 +255,37 @@ fn a_store_that_serves_requests_in_turn_gets_the_queued_parts_again_joined() {
     // Without joining (an explicit setting), every part waits its turn.
     let (stats, largest, served) = load(None);
     assert_eq!((stats.requests, largest, served), (64, 1024, 64));
+}
+
+#[test]
+fn a_store_known_to_serve_in_turn_gets_one_request_then_the_rest_cut() {
+    // The same store as above, seen serving in turn before the load: no
+    // wave queues at it. The first part alone measures the rate, and the
+    // rest goes in a few joined requests, every one of them served whole.
+    let ms = Duration::from_millis(1);
+    let src = Arc::new(MockSource {
+        bytes: setup(vec![]).2,
+        delay: 10 * ms,
+        transfer: 5 * ms,
+        slots: Some(Arc::new(tokio::sync::Semaphore::new(1))),
+        service: 40 * ms,
+        ..Default::default()
+    });
+    let opts = ExecOptions {
+        join_up_to: Some(16 * 1024),
+        in_turn: Some(0.04),
+        ..ExecOptions::new(64)
+    };
+    let stats = load_from(&src, opts);
+    let served = src.finished.load(Ordering::SeqCst);
+    assert!(stats.requests <= 8, "{stats:?}");
+    assert_eq!(served as u64, stats.requests, "{stats:?}");
+    assert!(src.largest.load(Ordering::SeqCst) > 4 * 1024, "{stats:?}");
+    let said = stats.adaptations.join("\n");
+    assert!(
+        said.contains("in turn (40 ms each, seen when it was opened): requests of up to"),
+        "{said}"
+    );
 }
 
 /// Loads `setup`'s 64 parts of 1 KiB from `src` with `opts`; checks the

@@ -48,6 +48,18 @@ impl fmt::Display for Change {
                     "parts joined: requests of {bytes} bytes (planned {planned})"
                 )
             }
+            // Seen when the store was opened (`discover::probing`): no part
+            // had been sent to send again.
+            Change::InTurn {
+                resent: 0,
+                service,
+                cap,
+            } => write!(
+                f,
+                "store serves requests in turn ({:.0} ms each, seen when it was \
+                 opened): requests of up to {cap} bytes",
+                service * 1e3
+            ),
             Change::InTurn {
                 resent,
                 service,

@@ -18,4 +18,5 @@ pub use adapt::requests_for;
 pub use executor::execute;
 pub use landed::{overlap, Items, Landed, Locate};
 pub use options::{ExecOptions, ExecStats, Gate, OnLanded};
+pub use queueing::probed;
 pub use runtime::runtime;

@@ -45,6 +45,10 @@ pub struct ExecOptions {
     /// while each request's first byte costs more than its transfer
     /// (`sizing::Sizer`); `None`: every part as planned.
     pub join_up_to: Option<u64>,
+    /// Seconds each request costs a store seen serving requests in turn
+    /// before the load began (`queueing::probed`); only where parts are
+    /// joined (`join_up_to`).
+    pub in_turn: Option<f64>,
     /// Parts wait for it before they start (a staged load's slabs).
     pub gate: Option<Arc<dyn Gate>>,
 }
@@ -59,6 +63,7 @@ impl ExecOptions {
             max_concurrency: None,
             throughput_target: None,
             join_up_to: None,
+            in_turn: None,
             gate: None,
         }
     }
@@ -74,6 +79,7 @@ impl std::fmt::Debug for ExecOptions {
             .field("max_concurrency", &self.max_concurrency)
             .field("throughput_target", &self.throughput_target)
             .field("join_up_to", &self.join_up_to)
+            .field("in_turn", &self.in_turn)
             .field("gate", &self.gate.is_some())
             .finish()
     }

@@ -61,6 +61,11 @@ pub struct Sizer {
     /// False once joining was judged to have slowed the load (`judge`):
     /// every part goes as planned from then on.
     joining: bool,
+    /// Where the store was seen serving in turn before the load (`known`):
+    /// whether the first request, which measures the rate the rest is cut
+    /// by, is out and nothing has completed yet. Nothing else is sent
+    /// meanwhile, or the store would queue planned parts before the cut.
+    measuring: bool,
 }
 
 impl Sizer {
@@ -75,7 +80,18 @@ impl Sizer {
             returning: 0,
             resent: 0,
             joining: true,
+            measuring: false,
         }
+    }
+
+    /// A load on a store already seen serving requests in turn, `service`
+    /// seconds each (`queueing::probed`): its first request alone measures
+    /// the transfer rate, and the rest is cut as `InTurn::cap` says.
+    pub fn known(mut self, service: Option<f64>) -> Sizer {
+        if let Some(service) = service {
+            self.queueing = Queueing::known(service);
+        }
+        self
     }
 
     /// Joining (and the in-turn cut) made the load slower: parts go as
@@ -84,10 +100,12 @@ impl Sizer {
         self.joining = false;
     }
 
-    /// Whether parts cancelled to be sent again are still on their way
-    /// back: joining waits for them, or it would send them one by one.
+    /// Whether the next request must wait: parts cancelled to be sent
+    /// again are still on their way back (joining waits for them, or it
+    /// would send them one by one), or the first request on a store known
+    /// to serve in turn has not completed (`measuring`).
     pub fn returning(&self) -> bool {
-        self.returning > 0
+        self.returning > 0 || self.measuring
     }
 
     /// One part cancelled to be sent again has ended.
@@ -95,14 +113,19 @@ impl Sizer {
         self.returning = self.returning.saturating_sub(1);
     }
 
-    /// No part is running any more, so none is on its way back.
+    /// No part is running any more, so none is on its way back and none
+    /// measures.
     pub fn returned_all(&mut self) {
         self.returning = 0;
+        self.measuring = false;
     }
 
     /// Part `id` was sent; `cancel` stops it alone (see `queueing`).
     pub fn sent(&mut self, id: u64, cancel: CancelToken) {
         self.queueing.sent(id, cancel);
+        if self.recent.is_empty() && self.queueing.per_request().is_some() {
+            self.measuring = true;
+        }
     }
 
     /// Part `id`'s first byte arrived at `at`, `waited` after its fetch's
@@ -131,6 +154,7 @@ impl Sizer {
             bytes,
             at: now,
         });
+        self.measuring = false;
         // A completed part gives the per-connection rate the sizes below
         // need: the moment to decide whether the first wave queued.
         let resent = self.queueing.decide();
@@ -142,7 +166,8 @@ impl Sizer {
     /// what cutting the rest of the load needs (see `InTurn::cap`). The
     /// verdict is only taken in `completed`, so a rate has been measured.
     pub fn in_turn(&self) -> Option<InTurn> {
-        if !self.joining {
+        // A verdict known before the load has no rate until a part completed.
+        if !self.joining || self.recent.is_empty() {
             return None;
         }
         let service = self.queueing.per_request()?;

@@ -157,6 +157,14 @@ pub trait RangeSource: PartSource {
         cancel: &'a CancelToken,
     ) -> BoxFuture<'a, Result<Vec<u8>>>;
 
+    /// One attempt, never retried, at the object's first byte: timed beside
+    /// `discover` to tell a store that serves requests in turn
+    /// (`session::discover::probing`); `None` where there is no store to
+    /// ask (a file) or its answer would not time it (a cache in front).
+    fn probe(&self) -> Option<BoxFuture<'_, Result<()>>> {
+        None
+    }
+
     /// The open local file behind this source, for a load that maps it
     /// rather than reads it (`session::mapped`); `None` for remote objects.
     fn local_file(&self) -> Option<&std::fs::File> {

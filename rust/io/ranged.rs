@@ -245,6 +245,10 @@ impl<T: RangedObject> RangeSource for T {
         })
     }
 
+    fn probe(&self) -> Option<BoxFuture<'_, Result<()>>> {
+        Some(Box::pin(async move { self.get_once(0, 1).await.map(drop) }))
+    }
+
     fn pin<'a>(&'a self, cancel: &'a CancelToken) -> BoxFuture<'a, Result<Option<u64>>> {
         Box::pin(async move {
             let policy = &self.remote().policy;

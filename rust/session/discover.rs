@@ -8,13 +8,15 @@
 //! more.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
+use crate::exec::probed;
 use crate::format::{self, Index};
-use crate::io::RangeSource;
+use crate::io::{Discovery, RangeSource};
 
 /// The first read: the 73-byte preamble and ~800 tensors' entries, 33 ms
 /// at 2 MB/s per connection, less than a first byte's wait on most stores.
@@ -30,6 +32,78 @@ pub(super) struct Discovered {
     pub size: u64,
     pub requests: u64,
     pub bytes: u64,
+    /// Seconds each request costs a store seen serving them in turn
+    /// (`probing`); `None` where it answered side by side or was not asked.
+    pub in_turn: Option<f64>,
+}
+
+/// How long a probe's answer is awaited after the first read's, in first
+/// reads' waits: one more service time is about one wait on a store serving
+/// in turn.
+const PROBE_PATIENCE: f64 = 1.5;
+
+/// `discover`, with a one-byte read of the object sent beside its first
+/// read (one attempt: `RangeSource::probe`), on stores whose requests the load sizes (`max_joined_part`): a
+/// store that serves requests in turn answers the two one service time
+/// apart (`queueing::probed`), which the load then plans for instead of
+/// queueing a whole first wave at it (requests it serves even once
+/// cancelled). Costs one request; a probe that fails or answers late says
+/// nothing.
+pub(super) async fn probing(
+    source: &Arc<dyn RangeSource>,
+    cancel: &CancelToken,
+) -> Result<Discovered> {
+    if source.max_joined_part().is_none() || source.probe().is_none() {
+        return discover(source, cancel).await;
+    }
+    let began = Instant::now();
+    let mut probe = {
+        let source = Arc::clone(source);
+        tokio::spawn(async move {
+            let answered = source.probe()?.await;
+            answered.ok().map(|()| began.elapsed())
+        })
+    };
+    let disc = match source.discover(DISCOVERY_BYTES, cancel).await {
+        Ok(disc) => disc,
+        Err(e) => {
+            probe.abort();
+            return Err(e);
+        }
+    };
+    let waited = began.elapsed();
+    let patience = waited.mul_f64(PROBE_PATIENCE) + Duration::from_millis(10);
+    let (found, answered) = tokio::join!(
+        rest(source, disc, cancel),
+        tokio::time::timeout(patience, &mut probe)
+    );
+    // A probe answered late is worth nothing more: its request stops here.
+    probe.abort();
+    let answered = answered.ok().and_then(Result::ok).flatten();
+    let mut found = found?;
+    found.requests += 1;
+    found.bytes += u64::from(answered.is_some());
+    found.in_turn = answered.and_then(|probe| probed(waited, probe));
+    let said = match (found.in_turn, answered) {
+        (_, None) => "no answer to the probe in time: nothing learnt".to_string(),
+        (Some(service), Some(probe)) => format!(
+            "answers {:.0} and {:.0} ms after sending: the store serves requests in turn, \
+             about {:.0} ms each",
+            waited.min(probe).as_secs_f64() * 1e3,
+            waited.max(probe).as_secs_f64() * 1e3,
+            service * 1e3
+        ),
+        (None, Some(probe)) => format!(
+            "answers {:.0} and {:.0} ms after sending: side by side",
+            waited.as_secs_f64() * 1e3,
+            probe.as_secs_f64() * 1e3
+        ),
+    };
+    log::debug!(
+        "{}: discovery and a probe sent together: {said}",
+        source.uri()
+    );
+    Ok(found)
 }
 
 /// Reads the header and the index's entries: one read normally, then the
@@ -39,6 +113,15 @@ pub(super) async fn discover(
     cancel: &CancelToken,
 ) -> Result<Discovered> {
     let disc = source.discover(DISCOVERY_BYTES, cancel).await?;
+    rest(source, disc, cancel).await
+}
+
+/// What the first read left to discover: the rest of the index, if any.
+async fn rest(
+    source: &Arc<dyn RangeSource>,
+    disc: Discovery,
+    cancel: &CancelToken,
+) -> Result<Discovered> {
     let (size, mut prefix) = (disc.size, disc.prefix);
     let index_end = index_end(&prefix, size)?;
     let first = prefix.len() as u64;
@@ -48,6 +131,7 @@ pub(super) async fn discover(
             size,
             requests: 1,
             bytes: first,
+            in_turn: None,
         });
     }
     let (rest, requests) = read_parts(source, first, index_end - first, cancel).await?;
@@ -57,6 +141,7 @@ pub(super) async fn discover(
         size,
         requests: 1 + requests,
         bytes: prefix.len() as u64,
+        in_turn: None,
     })
 }
 

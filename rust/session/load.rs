@@ -81,6 +81,7 @@ impl TensorFile {
             max_concurrency: concurrency.max,
             throughput_target: opts.throughput_target,
             join_up_to: self.join_up_to(opts),
+            in_turn: self.in_turn(opts),
             gate: None,
         };
         let cancel = cancel.child_with_budget(self.deadline);

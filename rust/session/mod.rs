@@ -89,6 +89,9 @@ pub struct TensorFile {
     /// Time budget of each load (from the source options).
     deadline: Option<std::time::Duration>,
     discovery_stats: (u64, u64),
+    /// Seconds each request costs the store, where its discovery saw it
+    /// serving requests in turn (`discover::probing`).
+    in_turn: Option<f64>,
 }
 
 impl TensorFile {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::discover::discover;
+use super::discover::{discover, probing};
 use super::{Member, TensorFile};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
@@ -20,8 +20,9 @@ use crate::location::Location;
 /// Header reads in flight at once when a set is opened.
 const OPEN_CONCURRENCY: usize = 64;
 
-/// One file, opened: its source, index, size and discovery counters.
-type Opened = (Arc<dyn RangeSource>, Index, u64, (u64, u64));
+/// One file, opened: its source, index, size, discovery counters and what
+/// its discovery's probe saw (`discover::probing`).
+type Opened = (Arc<dyn RangeSource>, Index, u64, (u64, u64), Option<f64>);
 
 impl TensorFile {
     /// Fetches and validates the header and index; stops once `cancel` is
@@ -53,7 +54,8 @@ impl TensorFile {
         let mut sources = Vec::with_capacity(opened.len());
         let mut members = Vec::with_capacity(opened.len());
         let mut discovery = (0, 0);
-        for (source, index, size, (requests, bytes)) in opened {
+        let in_turn = opened.first().and_then(|o| o.4);
+        for (source, index, size, (requests, bytes), _) in opened {
             discovery = (discovery.0 + requests, discovery.1 + bytes);
             members.push(Member {
                 uri: source.uri().to_string(),
@@ -74,6 +76,7 @@ impl TensorFile {
             catalog,
             deadline: opts.deadline,
             discovery_stats: discovery,
+            in_turn,
         })
     }
 }
@@ -92,11 +95,15 @@ async fn open_all(
         tasks.spawn(async move {
             let _permit = room.acquire_owned().await;
             let source = open_source(&loc, &opts).await?;
-            let found = discover(&source, &cancel)
-                .await
-                .map_err(|e| e.with_uri(source.uri()))?;
+            // One probe a set: its files share a store.
+            let found = match i {
+                0 => probing(&source, &cancel).await,
+                _ => discover(&source, &cancel).await,
+            }
+            .map_err(|e| e.with_uri(source.uri()))?;
             let stats = (found.requests, found.bytes);
-            Ok::<_, Error>((i, (source, found.index, found.size, stats)))
+            let opened = (source, found.index, found.size, stats, found.in_turn);
+            Ok::<_, Error>((i, opened))
         });
     }
     let mut out: Vec<Option<Opened>> = (0..files.len()).map(|_| None).collect();

@@ -119,6 +119,12 @@ impl TensorFile {
             _ => None,
         }
     }
+
+    /// What the load knows of a store serving requests in turn before it
+    /// starts (`ExecOptions::in_turn`): only where it joins parts.
+    pub(super) fn in_turn(&self, opts: &LoadOptions) -> Option<f64> {
+        self.in_turn.filter(|_| self.join_up_to(opts).is_some())
+    }
 }
 
 /// Threads that check (hash, decrypt) tensors as they land: one per core

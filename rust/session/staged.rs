@@ -236,6 +236,7 @@ impl TensorFile {
             max_concurrency: concurrency.max,
             throughput_target: opts.throughput_target,
             join_up_to: self.join_up_to(opts).map(|j| j.min(slab_bytes / 2)),
+            in_turn: self.in_turn(opts),
             gate: Some(Arc::clone(ready) as Arc<dyn crate::exec::Gate>),
         };
         let pieces = &plan.layout.pieces;
