@@ -10,7 +10,7 @@
    fastshard (``rank=r, world_size=N``), then checks it bit for bit.
 4. Does the same with tensorizer (``open_stream`` + ``TensorDeserializer`` per rank), today's
    way, and prints per-rank and aggregate GB/s for both.
-5. Loads both again through the shaping proxy (examples/shaper.rs) in front of the same
+5. Loads both again through the shaping proxy (tools/shaper, `make shaper`) in front of the same
    server, which gives every request an object store's first-byte latency (--latency-ms,
    50) and every connection its bandwidth (--conn-mbps, 25 MB/s): on loopback a request
    answers in microseconds and one connection carries a gigabyte a second, so both loaders

@@ -44,8 +44,8 @@ def require_fake_gcs() -> str:
 
 
 def require_shaper() -> str:
-    """The shaping proxy's binary (``cargo test`` builds the debug one before
-    pytest runs in ``make test``); missing, as ``require_binary``."""
+    """The shaping proxy's binary (``make test`` runs ``make shaper`` before
+    pytest); missing, as ``require_binary``."""
     return _required(find_shaper)
 
 

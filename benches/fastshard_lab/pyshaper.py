@@ -1,5 +1,5 @@
 """A second shaping proxy, in Python and written apart from the Rust one
-(examples/shaper.rs, shaper.py): a cross-check that a figure measured
+(tools/shaper, shaper.py): a cross-check that a figure measured
 through a shaped link is the link's, not one proxy's quirk.
 
 An HTTP/1.1 proxy on 127.0.0.1 with a thread per client connection

@@ -1,4 +1,4 @@
-"""The shaping proxy (examples/shaper.rs) from Python: an object store's
+"""The shaping proxy (tools/shaper) from Python: an object store's
 first-byte latency, per-connection bandwidth and per-request service time,
 on loopback, in front of SeaweedFS or nginx, for tests and the network
 benchmark. The binary is found, never built (``find_shaper``)."""
@@ -16,36 +16,39 @@ from typing import Any
 from .procs import MissingBinary, loopback, spawn
 from .procs import stop as stop_process
 
-BUILD = "cargo build --release --example shaper --no-default-features"
+# What `make shaper` runs: a crate of its own, built into a target directory
+# of its own (target/shaper, or $CARGO_TARGET_DIR/shaper).
+BUILD = "cargo build --release --manifest-path tools/shaper/Cargo.toml --target-dir target/shaper"
 
 
 def _checkout() -> Path | None:
     """The fastshard source tree this package runs from, if it runs from one
     (benches/fastshard_lab/ inside a checkout); None when installed elsewhere."""
     root = Path(__file__).resolve().parents[2]
-    return root if (root / "examples" / "shaper.rs").is_file() else None
+    return root if (root / "tools" / "shaper" / "Cargo.toml").is_file() else None
 
 
 def find_shaper(release: bool = False) -> str:
     """The shaping proxy's binary: $FASTSHARD_SHAPER, else, when running from
-    a checkout, its target/release build, then (unless ``release``: a debug
-    proxy spends the cores the loaders are measured on) its target/debug
-    build, which ``cargo test`` makes. Never built here: an installed package
-    has no sources to build, and a checkout's build is the developer's call."""
+    a checkout, what `make shaper` built (target/shaper/release/shaper, under
+    $CARGO_TARGET_DIR when set), then (unless ``release``: a debug proxy
+    spends the cores the loaders are measured on) a debug build there. Never
+    built here: an installed package has no sources to build, and a
+    checkout's build is the developer's call."""
     if env := os.environ.get("FASTSHARD_SHAPER"):
         if os.path.isfile(env) and os.access(env, os.X_OK):
             return env
         raise MissingBinary(f"FASTSHARD_SHAPER={env} is not an executable file")
     root = _checkout()
     if root is not None:
-        target = Path(os.environ.get("CARGO_TARGET_DIR") or root / "target")
+        target = Path(os.environ.get("CARGO_TARGET_DIR") or root / "target") / "shaper"
         for profile in ("release",) if release else ("release", "debug"):
-            path = target / profile / "examples" / "shaper"
+            path = target / profile / "shaper"
             if path.is_file() and os.access(path, os.X_OK):
                 return str(path)
     where = f"in {root}" if root else "in a fastshard checkout"
     raise MissingBinary(
-        f"the shaping proxy (examples/shaper.rs) is not built: run `{BUILD}` {where}, "
+        f"the shaping proxy (tools/shaper) is not built: run `make shaper` (`{BUILD}`) {where}, "
         "or set FASTSHARD_SHAPER to the binary"
     )
 

@@ -3,7 +3,7 @@ client, one object, every cell checked.
 
 Rows: each S3 store on 127.0.0.1 (--stores: SeaweedFS, moto, ``rclone serve
 s3``), then each shaping proxy in front of SeaweedFS (--proxies): the Rust
-one (examples/shaper.rs, skipped with its reason when not built: ``make
+one (tools/shaper, skipped with its reason when not built: ``make
 shaper``) and the Python one (pyshaper.py), each with --latency-ms first
 byte and --conn-mbps per connection; ``pyshaper-service`` (and, on request,
 ``shaper-service``) adds --service-ms per request in --service-slots slots.

@@ -1,4 +1,4 @@
-"""Loads through the shaping proxy (examples/shaper.rs), which gives
+"""Loads through the shaping proxy (tools/shaper), which gives
 SeaweedFS an object store's first-byte latency and per-connection bandwidth.
 
 Loaders, each in a fresh process, in alternating rounds:
@@ -25,8 +25,8 @@ default against the same load at each fixed part size (--part-mib), with the
 requests each made: the default should come near the best of them.
 
 The proxy is the release build: $FASTSHARD_SHAPER, or
-target/release/examples/shaper of the checkout this runs from (cargo build
---release --example shaper --no-default-features).
+target/shaper/release/shaper of the checkout this runs from (``make
+shaper``).
 """
 
 from __future__ import annotations

@@ -26,11 +26,11 @@ mode's first load then pays for cold caches). Every rank's tensors are
 checked against its expected slices.
 
 ``--node-mbps`` models one node: every mode reads through the shaping
-proxy (examples/shaper.rs, built with ``cargo build --release --example
-shaper``), whose connections all share that bandwidth (the node's NIC),
-optionally each capped (``--conn-mbps``) and delayed (``--latency-ms``); the
-table then adds the bytes that crossed the cap per load. Loopback without a
-cap hides what reading an object several times costs; a node cap does not.
+proxy (tools/shaper, built with ``make shaper``), whose connections all
+share that bandwidth (the node's NIC), optionally each capped
+(``--conn-mbps``) and delayed (``--latency-ms``); the table then adds the
+bytes that crossed the cap per load. Loopback without a cap hides what
+reading an object several times costs; a node cap does not.
 """
 
 from __future__ import annotations
