@@ -163,3 +163,22 @@ def test_which_loader_reads_what(loader: str, uri: str, why: str | None) -> None
 def test_an_unknown_loader_is_refused(files: dict[str, Path]) -> None:
     done = bench(str(files["tensors"]), "--loaders", "fastshard,curl", "--no-plot")
     assert done.returncode == 2 and "curl" in done.stderr, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("preset", [["--preset", "local"], ["--preset=network", "--quick"]])
+def test_a_preset_says_where_the_presets_went(preset: list[str]) -> None:
+    """The presets left the wheel for the lab in benches/: `fastshard bench
+    --preset NAME` says so in one line and exits 2, instead of argparse's
+    "unrecognized arguments"."""
+    done = bench(*preset)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert "python -m fastshard_lab --preset NAME" in done.stderr, done.stderr
+    assert "unrecognized" not in done.stderr
+
+
+def test_a_preset_hint_leaves_other_commands_alone() -> None:
+    assert command.asks_for_a_preset(["bench", "--preset", "tp"])
+    assert not command.asks_for_a_preset(["bench", "./model.safetensors"])
+    assert not command.asks_for_a_preset(["inspect", "--preset"])
+    assert not command.asks_for_a_preset([])

@@ -271,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if bench_command.asks_for_a_preset(argv):
+        print(bench_command.PRESETS_MOVED, file=sys.stderr)
+        return EXIT_ERROR
     try:
         args = build_parser().parse_args(argv)
         return int(args.func(args))

@@ -38,6 +38,25 @@ DESCRIPTION = (
     + "."
 )
 
+# What `fastshard bench --preset NAME` says since the presets (with the
+# servers they start) left the wheel for the development lab in benches/.
+PRESETS_MOVED = (
+    "fastshard bench: --preset moved to the development lab: in a fastshard checkout, after "
+    "`make setup`, run `python -m fastshard_lab --preset NAME`; `fastshard bench URI [URI ...]` "
+    "measures your own objects"
+)
+
+
+def asks_for_a_preset(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` (the command line after ``fastshard``) is ``bench``
+    with a ``--preset`` option, as the lab's presets were run before they
+    left the wheel."""
+    return (
+        bool(argv)
+        and argv[0] == "bench"
+        and any(a == "--preset" or a.startswith("--preset=") for a in argv[1:])
+    )
+
 
 def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
