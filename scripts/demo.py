@@ -11,7 +11,7 @@
 4. Prints GB/s per loader and fastshard's speed relative to each.
 
 Exits non-zero when what any loader returned differs from the source in any bit.
-The benchmark harness (fastshard bench; --preset local) measures more cases and loaders.
+The benchmark lab (python -m fastshard_lab --preset local) measures more cases and loaders.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The test servers (SeaweedFS, nginx, a Range-ignoring server) live in the
-package, where ``fastshard bench`` uses them too; tests import them from
-here, with a pytest-flavoured ``require_binary``."""
+benchmark lab (fastshard_lab, in benches/), whose presets use them too;
+tests import them from here, with a pytest-flavoured ``require_binary``."""
 
 from __future__ import annotations
 

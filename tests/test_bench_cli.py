@@ -1,6 +1,7 @@
-"""``fastshard bench`` end to end: it starts SeaweedFS and nginx itself,
-measures every installed loader on every source, checks each one's data,
-and writes results.json and valid PNG plots."""
+"""``python -m fastshard_lab`` (the lab's default preset) end to end: it
+starts SeaweedFS and nginx itself, measures every installed loader on every
+source, checks each one's data, and writes results.json and valid PNG
+plots."""
 
 from __future__ import annotations
 
@@ -111,7 +112,7 @@ def test_bench_sharded_mode_and_a_users_own_object(tmp_path: Path) -> None:
 
 
 def bench_without(out: Path, module: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``fastshard bench`` in a process where ``module`` cannot be imported
+    """The lab's harness in a process where ``module`` cannot be imported
     (``sys.modules[name] = None`` makes import and find_spec fail)."""
     code = (
         f"import sys; sys.modules[{module!r}] = None; from fastshard_lab.command import main; "

@@ -1,5 +1,5 @@
 """The Python shaping proxy (fastshard_lab.pyshaper) in front of each S3
-store, and ``fastshard bench --preset matrix`` end to end at a tiny size:
+store, and ``python -m fastshard_lab --preset matrix`` end to end at a tiny size:
 every cell measured and every load's data checked. Timing is asserted only
 as lower bounds (a delay the proxy must add), never as targets."""
 

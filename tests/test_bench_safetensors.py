@@ -1,4 +1,4 @@
-"""``fastshard bench --preset safetensors`` end to end, tiny: every loader
+"""``python -m fastshard_lab --preset safetensors`` end to end, tiny: every loader
 of the file, S3 and tensor-parallel cases measured and its data checked
 (every rank's, for the HF repo at world size 2)."""
 
