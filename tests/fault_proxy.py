@@ -61,8 +61,8 @@ class ProxyLog:
 
     @property
     def probes(self) -> int:
-        """Requests for an object's first byte alone: the probe a network
-        open sends beside its first read (one attempt, never retried)."""
+        """Requests for an object's first byte alone: the probes a network
+        open sends beside its first read (one attempt each, never retried)."""
         return sum(h.get("range") == "bytes=0-0" for _, _, h in self.seen)
 
     @property

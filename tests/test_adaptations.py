@@ -35,7 +35,7 @@ def test_a_store_serving_in_turn_is_told_in_the_stats_and_the_log(
                 stats = f.stats
     assert_state_equal(got, sd)
     said = stats.adaptations
-    # The open's probe, answered one service after discovery's read, told
+    # The open's probes, answered one service apart with discovery's read, told
     # it before any part was sent; the load's first request measured the
     # rate the rest was cut by.
     assert said and said[0].startswith("store serves requests in turn ("), stats

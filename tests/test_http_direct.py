@@ -106,7 +106,7 @@ def _scripted(path: Path, mode: str) -> Iterator[tuple[str, list[str]]]:
 
         def do_GET(self) -> None:  # noqa: N802
             if self.headers["Range"] == "bytes=0-0":
-                # The open's probe (timed beside discovery, its byte unread):
+                # The open's probes (timed beside discovery, their byte unread):
                 # answered plainly, outside the script.
                 self.send_response(206 if data else 416)
                 self.send_header("Content-Range", f"bytes 0-0/{len(data)}")

@@ -49,7 +49,7 @@ def test_wrong_secret_is_a_fast_auth_error(s3_server, s3_server_corpus):
             )
         elapsed = time.monotonic() - started
     assert elapsed < 5.0, f"AuthError took {elapsed:.2f} s"
-    # One read and the probe beside it (never retried either).
+    # One read and the probes beside it (never retried either).
     assert proxy.log.requests - proxy.log.probes == 1, "auth errors must not be retried"
     err = info.value
     assert isinstance(err, fastshard.StorageError)

@@ -90,9 +90,9 @@ def test_big_object_many_ranged_reads(remote):
     in_turn = any("seen when it was opened" in a for a in stats.adaptations)
     if transport == "moto" or in_turn:
         # moto reads the whole object for every ranged GET, one request at a
-        # time: the open's probe, answered a whole read after discovery,
-        # says so, and the load sends one part, then the rest in one or two
-        # requests, never a wave of 43 it would serve even once cancelled.
+        # time: the open's probes, answered a whole read apart, say so, and
+        # the load sends one part, then the rest in one or two requests,
+        # never a wave of 43 it would serve even once cancelled.
         # (Another loopback store may look so on a busy machine: then the
         # same few requests.)
         assert in_turn, stats

@@ -163,8 +163,8 @@ def test_parts_join_into_fewer_requests_where_each_costs_a_service_time(
 
 def test_a_store_serving_in_turn_gets_a_few_joined_requests(shaped: Shaped, corpus: Any) -> None:
     """43 MiB with no settings (43 parts of 1 MiB), through a store that
-    serves one request at a time for 100 ms each. The open's probe, sent
-    beside discovery's read, is answered one service later: the load sends
+    serves one request at a time for 100 ms each. The open's two probes,
+    sent beside discovery's read, are answered a service apart: the load sends
     its first part alone, to measure the rate, then the rest joined into a
     few larger requests. No wave of 43 queues at the store (it would serve
     even the requests cancelled), and no byte is fetched twice."""

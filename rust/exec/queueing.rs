@@ -153,24 +153,36 @@ impl Queueing {
     }
 }
 
-/// The verdict of two requests sent together before a load (an object's
-/// discovery and a one-byte probe beside it), answered `first` and `second`
-/// after they were sent (in either order): the seconds each costs a store
-/// serving them in turn, or `None` for one that answered them side by side.
-/// In turn, the later answer waited one more service time: a step of at
-/// least `MIN_SERVICE` and at least a third of the first answer's wait,
-/// which holds the link's latency and the first service, and in a fresh
-/// process the client's own set-up too (measured: 169 ms for 20 ms of
-/// latency and 100 ms of service, the next answer 79 ms later). Two answers
-/// side by side differ by a few milliseconds of scheduling, or by a
-/// latency's jitter, well below the latency itself. Mistaken for in turn, a
-/// load sends one part alone first and its others joined, which the judge
-/// undoes if it is slower; a store serving in turn missed is sent a whole
-/// wave it serves even once cancelled.
-pub fn probed(first: Duration, second: Duration) -> Option<f64> {
-    let (early, late) = (first.min(second), first.max(second));
-    let step = (late - early).as_secs_f64();
-    (step >= MIN_SERVICE && step >= early.as_secs_f64() / 3.0).then_some(step)
+/// The smallest step between answers a probe takes for a store serving in
+/// turn: above the spread of first bytes that concurrent requests to a
+/// store answering side by side show on loopback and on S3, below the
+/// service time of the stores where a queued wave costs seconds (moto,
+/// ~120 ms for a 256 MiB object).
+const PROBE_STEP: f64 = 0.025;
+
+/// The verdict of requests sent together before a load (an object's
+/// discovery and two one-byte probes beside it), answered `answers` after
+/// they were sent (in any order): the seconds each costs a store serving
+/// them in turn, or `None` for one that answered them side by side. In
+/// turn, the answers come one service time apart: evenly spaced steps of at
+/// least `PROBE_STEP`, whatever the first answer waited (a store still busy
+/// with earlier requests makes it wait longer). Side by side, they differ
+/// by scheduling or a latency's jitter, which two steps alike and both that
+/// long rarely are. Mistaken for in turn, a load sends one part alone first
+/// and the rest joined, which the judge undoes if it is slower; a store
+/// serving in turn missed is sent a whole first wave it serves even once
+/// cancelled (the wave's answers then tell, as `decide` does).
+pub fn probed(answers: &[Duration]) -> Option<f64> {
+    let mut times: Vec<f64> = answers.iter().map(Duration::as_secs_f64).collect();
+    if times.len() < 3 {
+        return None;
+    }
+    times.sort_by(f64::total_cmp);
+    let steps: Vec<f64> = times.windows(2).map(|w| w[1] - w[0]).collect();
+    let (low, high) = steps
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |(l, h), &s| (l.min(s), h.max(s)));
+    (low >= PROBE_STEP && high <= 2.0 * low).then(|| steps.iter().sum::<f64>() / steps.len() as f64)
 }
 
 #[cfg(test)]
@@ -282,20 +294,28 @@ mod tests {
     }
 
     #[test]
-    fn a_probe_answered_one_service_later_tells_the_service_time() {
-        // moto: every request reads the whole object, 136 ms, one at a time.
-        let per = probed(136 * MS, 272 * MS).unwrap();
-        assert!((0.135..0.137).contains(&per), "{per}");
-        // Either order; 50 ms of latency before a 100 ms service.
-        let per = probed(250 * MS, 150 * MS).unwrap();
-        assert!((0.099..0.101).contains(&per), "{per}");
-        // Side by side: loopback on a busy host, a link's latency with
-        // jitter, a slow first connection.
-        assert_eq!(probed(2 * MS, 6 * MS), None);
-        assert_eq!(probed(50 * MS, 62 * MS), None);
-        assert_eq!(probed(120 * MS, 150 * MS), None);
-        // A fresh client's set-up in the first wait: still in turn.
-        assert!(probed(248 * MS, 169 * MS).is_some());
+    fn probes_answered_one_service_apart_tell_the_service_time() {
+        let ms = |v: &[u64]| {
+            v.iter()
+                .map(|&m| Duration::from_millis(m))
+                .collect::<Vec<_>>()
+        };
+        // moto: every request reads the whole object, ~120 ms, one at a time.
+        let per = probed(&ms(&[120, 240, 360])).unwrap();
+        assert!((0.119..0.121).contains(&per), "{per}");
+        // Any order; 50 ms of latency before a 100 ms service; or a store
+        // still busy with earlier requests when the first arrived.
+        assert!(probed(&ms(&[250, 150, 350])).is_some());
+        let per = probed(&ms(&[777, 977, 1177])).unwrap();
+        assert!((0.199..0.201).contains(&per), "{per}");
+        // Side by side: loopback on a busy host, a latency with jitter, one
+        // answer from the tail, a slow first connection.
+        assert_eq!(probed(&ms(&[2, 6, 5])), None);
+        assert_eq!(probed(&ms(&[50, 62, 58])), None);
+        assert_eq!(probed(&ms(&[25, 31, 90])), None);
+        assert_eq!(probed(&ms(&[169, 248, 250])), None);
+        // Two answers are not enough to tell.
+        assert_eq!(probed(&ms(&[120, 240])), None);
         // A known verdict judges no wave and cancels nothing.
         let mut q = Queueing::known(0.1);
         let token = CancelToken::new();

@@ -37,18 +37,21 @@ pub(super) struct Discovered {
     pub in_turn: Option<f64>,
 }
 
-/// How long a probe's answer is awaited after the first read's, in first
-/// reads' waits: one more service time is about one wait on a store serving
-/// in turn.
-const PROBE_PATIENCE: f64 = 1.5;
+/// How long the probes' answers are awaited after the first read's, in
+/// first reads' waits: on a store serving in turn the last comes two
+/// service times after the first, about two such waits.
+const PROBE_PATIENCE: f64 = 2.5;
+/// Probes sent beside the first read: three answers tell even spacing
+/// (`exec::probed`).
+const PROBES: usize = 2;
 
-/// `discover`, with a one-byte read of the object sent beside its first
-/// read (one attempt: `RangeSource::probe`), on stores whose requests the load sizes (`max_joined_part`): a
-/// store that serves requests in turn answers the two one service time
-/// apart (`queueing::probed`), which the load then plans for instead of
-/// queueing a whole first wave at it (requests it serves even once
-/// cancelled). Costs one request; a probe that fails or answers late says
-/// nothing.
+/// `discover`, with `PROBES` one-byte reads of the object sent beside its
+/// first read (one attempt each: `RangeSource::probe`), on stores whose
+/// requests the load sizes (`max_joined_part`): a store that serves
+/// requests in turn answers them one service time apart (`exec::probed`),
+/// which the load then plans for instead of queueing a whole first wave at
+/// it (requests it serves even once cancelled). Costs `PROBES` requests;
+/// probes that fail or answer late say nothing.
 pub(super) async fn probing(
     source: &Arc<dyn RangeSource>,
     cancel: &CancelToken,
@@ -57,53 +60,58 @@ pub(super) async fn probing(
         return discover(source, cancel).await;
     }
     let began = Instant::now();
-    let mut probe = {
+    let mut probes = JoinSet::new();
+    for _ in 0..PROBES {
         let source = Arc::clone(source);
-        tokio::spawn(async move {
+        probes.spawn(async move {
             let answered = source.probe()?.await;
             answered.ok().map(|()| began.elapsed())
-        })
-    };
-    let disc = match source.discover(DISCOVERY_BYTES, cancel).await {
-        Ok(disc) => disc,
-        Err(e) => {
-            probe.abort();
-            return Err(e);
-        }
-    };
+        });
+    }
+    // Dropping the set aborts what is left: a probe answered late is
+    // worth nothing more.
+    let disc = source.discover(DISCOVERY_BYTES, cancel).await?;
     let waited = began.elapsed();
     let patience = waited.mul_f64(PROBE_PATIENCE) + Duration::from_millis(10);
     let (found, answered) = tokio::join!(
         rest(source, disc, cancel),
-        tokio::time::timeout(patience, &mut probe)
+        tokio::time::timeout(patience, answers(&mut probes))
     );
-    // A probe answered late is worth nothing more: its request stops here.
-    probe.abort();
-    let answered = answered.ok().and_then(Result::ok).flatten();
     let mut found = found?;
-    found.requests += 1;
-    found.bytes += u64::from(answered.is_some());
-    found.in_turn = answered.and_then(|probe| probed(waited, probe));
-    let said = match (found.in_turn, answered) {
-        (_, None) => "no answer to the probe in time: nothing learnt".to_string(),
-        (Some(service), Some(probe)) => format!(
-            "answers {:.0} and {:.0} ms after sending: the store serves requests in turn, \
-             about {:.0} ms each",
-            waited.min(probe).as_secs_f64() * 1e3,
-            waited.max(probe).as_secs_f64() * 1e3,
+    let mut times = answered.unwrap_or_default();
+    found.requests += PROBES as u64;
+    found.bytes += times.len() as u64;
+    times.push(waited);
+    found.in_turn = probed(&times);
+    let ms: Vec<String> = times
+        .iter()
+        .map(|t| format!("{:.0}", t.as_secs_f64() * 1e3))
+        .collect();
+    let said = match found.in_turn {
+        _ if times.len() <= PROBES => "not every probe answered in time: nothing learnt".into(),
+        Some(service) => format!(
+            "the store serves requests in turn, about {:.0} ms each",
             service * 1e3
         ),
-        (None, Some(probe)) => format!(
-            "answers {:.0} and {:.0} ms after sending: side by side",
-            waited.as_secs_f64() * 1e3,
-            probe.as_secs_f64() * 1e3
-        ),
+        None => "side by side".to_string(),
     };
     log::debug!(
-        "{}: discovery and a probe sent together: {said}",
-        source.uri()
+        "{}: discovery and {PROBES} probes sent together, answered after {} ms: {said}",
+        source.uri(),
+        ms.join(", ")
     );
     Ok(found)
+}
+
+/// When each probe answered, once all did (one that failed says nothing).
+async fn answers(probes: &mut JoinSet<Option<Duration>>) -> Vec<Duration> {
+    let mut out = Vec::new();
+    while let Some(done) = probes.join_next().await {
+        if let Ok(Some(at)) = done {
+            out.push(at);
+        }
+    }
+    out
 }
 
 /// Reads the header and the index's entries: one read normally, then the
