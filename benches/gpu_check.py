@@ -5,7 +5,7 @@ load over NCCL, one process per GPU (gpu_nccl.py). Prints a short
 table last and writes gpu_check.json to --out. Needs only torch and a
 fastshard wheel (no network, no installs beyond the wheel), under 5 minutes.
 
-Build the wheel here and carry it (see the README's "GPU check" section):
+Build the wheel here and carry it (see docs/benchmarks/index.md, "GPU check and GPU benchmark"):
     make wheel            # target/wheels/fastshard-*-cp311-abi3-*.whl → .whl/
 then on the GPU machine:
     pip install --no-index --no-deps --target /tmp/site .whl/fastshard-*.whl

@@ -1,4 +1,5 @@
-//! fastshard: tensorizer `.tensors` files from storage into memory, fast.
+//! fastshard: model weights (tensorizer `.tensors` and safetensors files) from
+//! storage (local files, S3, HTTP(S), Google Cloud Storage) into memory, fast.
 //!
 //! The data path: a [`io::RangeSource`] gives bytes, [`format`] parses the
 //! header and index, [`plan`] decides which byte ranges to fetch and where each

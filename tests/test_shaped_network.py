@@ -1,10 +1,10 @@
-"""Loads through the shaping proxy (examples/shaper.rs): an object store's
+"""Loads through the shaping proxy (tools/shaper): an object store's
 first-byte latency and per-connection bandwidth on loopback. Checks how
 many requests a load keeps in flight, that it grows them by itself when
 that pays, and that hundreds at once finish with no failed request.
 
 Throughput against a raw client is a benchmark, not a test here
-(fastshard bench --preset network): these assert counts and data, not seconds."""
+(python -m fastshard_lab --preset network): these assert counts and data, not seconds."""
 
 from __future__ import annotations
 
@@ -290,7 +290,7 @@ def test_a_hostname_endpoint_loads_with_many_connections(
 def test_network_preset_sets_the_default_beside_fixed_part_sizes(
     tmp_path: Path, shaper_binary: str
 ) -> None:
-    """`fastshard bench --preset network`, tiny: the latency case, then the
+    """`python -m fastshard_lab --preset network`, tiny: the latency case, then the
     service-time case with the default beside a fixed part size and the
     verdict against the best of them (a functional run; numbers mean
     nothing here)."""

@@ -4,7 +4,7 @@
 //! package). Its Salsa20 has AVX2 code and its Poly1305 SSE2 code, picked
 //! at run time by `sodium_init`; measured here at 4x RustCrypto's portable
 //! Salsa20 per core, and faster than the system libsodium tensorizer loads
-//! (README, "Hashes and encryption").
+//! (docs/loading/integrity.md).
 
 use super::crypt_params::{Key, Mac, Nonce, MAC_LEN};
 use crate::error::{Error, ErrorKind, Result};
