@@ -47,6 +47,10 @@ class Faults:
     xml_root: bytes | None = None
 
 
+# The Range of the probes a network open sends beside its first read.
+PROBE_RANGE = "bytes=0-0"
+
+
 @dataclass
 class ProxyLog:
     requests: int = 0
@@ -63,12 +67,12 @@ class ProxyLog:
     def probes(self) -> int:
         """Requests for an object's first byte alone: the probes a network
         open sends beside its first read (one attempt each, never retried)."""
-        return sum(h.get("range") == "bytes=0-0" for _, _, h in self.seen)
+        return sum(h.get("range") == PROBE_RANGE for _, _, h in self.seen)
 
     @property
     def reads(self) -> list[tuple[str, str, dict[str, str]]]:
         """Every request but the probes, in order."""
-        return [r for r in self.seen if r[2].get("range") != "bytes=0-0"]
+        return [r for r in self.seen if r[2].get("range") != PROBE_RANGE]
 
 
 class FaultProxy:

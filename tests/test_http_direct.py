@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fault_proxy import FaultProxy, Faults
+from fault_proxy import PROBE_RANGE, FaultProxy, Faults
 from remote_files import MiB, assert_same
 
 import fastshard
@@ -105,7 +105,7 @@ def _scripted(path: Path, mode: str) -> Iterator[tuple[str, list[str]]]:
             pass
 
         def do_GET(self) -> None:  # noqa: N802
-            if self.headers["Range"] == "bytes=0-0":
+            if self.headers["Range"] == PROBE_RANGE:
                 # The open's probes (timed beside discovery, their byte unread):
                 # answered plainly, outside the script.
                 self.send_response(206 if data else 416)

@@ -46,17 +46,18 @@ const PROBE_PATIENCE: f64 = 2.5;
 const PROBES: usize = 2;
 
 /// `discover`, with `PROBES` one-byte reads of the object sent beside its
-/// first read (one attempt each: `RangeSource::probe`), on stores whose
-/// requests the load sizes (`max_joined_part`): a store that serves
-/// requests in turn answers them one service time apart (`exec::probed`),
-/// which the load then plans for instead of queueing a whole first wave at
-/// it (requests it serves even once cancelled). Costs `PROBES` requests;
-/// probes that fail or answer late say nothing.
+/// first read (one attempt each), where the source has a store to probe
+/// (`RangeSource::probe`: the network sources, whose requests the load
+/// sizes, and not behind a cache): a store that serves requests in turn
+/// answers them one service time apart (`exec::probed`), which the load
+/// then plans for instead of queueing a whole first wave at it (requests
+/// it serves even once cancelled). Costs `PROBES` requests; probes that
+/// fail or answer late say nothing.
 pub(super) async fn probing(
     source: &Arc<dyn RangeSource>,
     cancel: &CancelToken,
 ) -> Result<Discovered> {
-    if source.max_joined_part().is_none() || source.probe().is_none() {
+    if source.probe().is_none() {
         return discover(source, cancel).await;
     }
     let began = Instant::now();
