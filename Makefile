@@ -116,7 +116,10 @@ stubtest: develop ## python/fastshard/_native.pyi against the built fastshard._n
 
 # The documentation site (mkdocs.yml, docs/): --strict turns every warning, a
 # broken link or anchor, a missing page or API reference, into a failure.
-docs: setup ## Build the documentation site into site/ with mkdocs build --strict
+# First the list of recorded benchmark runs (docs/benchmarks/runs.md) is
+# written again from the folders the lab recorded (python -m fastshard_lab --index).
+docs: setup ## Build the documentation site into site/ with mkdocs build --strict (after docs/benchmarks/runs.md)
+	@$(TIMED) docs-runs $(PY) -m fastshard_lab --index
 	@$(TIMED) docs env NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 layers: setup ## scripts/check_layers.py: no Python import cycle, fastshard never imports the lab, no two Rust top-level modules importing each other

@@ -7,7 +7,7 @@ with the tests (tests/servers.py). benches/README.md says how to run it.
 
 One library, layered so no module imports one above it:
   command.py    the CLI: ``--preset NAME`` picks a module of presets/, which
-                adds its options, names what it requires, and runs
+                adds its options (parser.py), names what it requires, and runs
   presets/      default (every loader on every source), local, remote, tp,
                 trust, network, network-model, ready, staging, cast,
                 safetensors, matrix (stores x proxies)
@@ -23,4 +23,8 @@ One library, layered so no module imports one above it:
                 (Rust, and a second one in Python), a ``vllm serve`` process
   report.py, plots.py, machine.py, deps.py, params.py
                 records, tables, PNGs; what the machine is; what is installed
+  record.py, runs.py
+                ``--record``: a run into docs/benchmarks/<date>-<preset>/ (page,
+                JSON, plots), ``--render`` of such a folder, and the list of
+                runs, docs/benchmarks/runs.md (``--index``, run by make docs)
 """

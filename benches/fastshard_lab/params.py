@@ -13,6 +13,9 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SHAPES = ("llm", "uniform", "many-small", "experts")
 # Benchmark outputs and scratch files of the presets (git-ignored in a checkout).
 BENCH_DIR = Path(".bench")
+# Where --record puts runs and writes the list of them: the docs site's
+# benchmarks folder, from the checkout's root (record.py, runs.py).
+DOCS = Path("docs/benchmarks")
 
 
 def parse_size(text: str) -> int:
