@@ -45,3 +45,49 @@ def test_a_store_serving_in_turn_is_told_in_the_stats_and_the_log(
     assert any(m.startswith("store serves requests in turn (") for m in logged), logged
     probed = [r.getMessage() for r in caplog.records if r.name.startswith("fastshard.session")]
     assert any("the store serves requests in turn" in m for m in probed), probed
+
+
+def _near(stats: fastshard.LoadStats) -> bool:
+    return any(a.startswith("store is near (") for a in stats.adaptations)
+
+
+@pytest.mark.s3
+def test_a_near_store_gets_a_few_large_requests_and_a_far_one_the_wave(
+    seaweed: SeaweedFS, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    g = torch.Generator().manual_seed(12)
+    sd = {f"w{i}": torch.randn(512, 1024, generator=g) for i in range(16)}  # 32 MiB
+    path = tmp_path / "m.tensors"
+    fastshard.save(sd, path)
+    uri = seaweed.upload(path, "adapt/near.tensors")
+    # SeaweedFS on loopback answers the first read at once: near, unless a
+    # busy machine delays it (then the load is the far one below), so one
+    # of three opens must see it.
+    near = []
+    with caplog.at_level(logging.DEBUG, logger="fastshard.session"):
+        for _ in range(3):
+            with fastshard.open(uri, **seaweed.opts()) as f:
+                assert_state_equal(f.load_state_dict(), sd)
+                near.append(f.stats)
+    probed = [r.getMessage() for r in caplog.records if "probes sent together" in r.getMessage()]
+    assert len(probed) == 3 and all("the first read's first byte after " in m for m in probed)
+    for stats, said in zip(near, probed):
+        assert _near(stats) == said.endswith("the store is near"), (stats, said)
+    near = [s for s in near if _near(s)]
+    assert near, probed
+    for stats in near:
+        # 32 MiB in a part for each of 8 requests to start with (5 MiB, or
+        # less where a part ends with the file).
+        assert 4 <= stats.requests <= 8 and stats.concurrency <= 8, stats
+        said = stats.adaptations[0]
+        assert "8 requests in flight to start, parts of " in said, said
+    # A number set by hand is kept: the wave it asks for, nothing said.
+    with fastshard.open(uri, concurrency=32, **seaweed.opts()) as f:
+        assert_state_equal(f.load_state_dict(), sd)
+        assert not _near(f.stats) and f.stats.requests >= 16, f.stats
+    # 50 ms to the first byte through a proxy: far, however fast the bytes.
+    with PyShaper(seaweed.s3_port, latency_ms=50, rate_mbps=500) as proxy:
+        with fastshard.open(uri, **seaweed.opts(s3_endpoint=proxy.endpoint)) as f:
+            assert_state_equal(f.load_state_dict(), sd)
+            far = f.stats
+    assert not _near(far) and far.requests >= 16, far

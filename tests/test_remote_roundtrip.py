@@ -87,7 +87,11 @@ def test_big_object_many_ranged_reads(remote):
         out = f.load_state_dict()
         stats = f.stats
     assert_same(out, c.source)
-    in_turn = any("seen when it was opened" in a for a in stats.adaptations)
+    in_turn = any(
+        a.startswith("store serves requests in turn") and "seen when it was opened" in a
+        for a in stats.adaptations
+    )
+    near = any(a.startswith("store is near") for a in stats.adaptations)
     if in_turn:
         # moto reads the whole object for every ranged GET, one request at a
         # time: the open's probes, answered a whole read apart, say so, and
@@ -95,6 +99,11 @@ def test_big_object_many_ranged_reads(remote):
         # never a wave of 43 it would serve even once cancelled. (Another
         # loopback store may look so on a busy machine: then the same.)
         assert 2 <= stats.requests <= 4, stats
+    elif near:
+        # A loopback store whose first read came at once (SeaweedFS, nginx
+        # and rclone, unless the machine is busy): a part for each of 8
+        # requests to start with (43 MiB in parts of 6 MiB), never a wave.
+        assert stats.requests <= 8 and stats.concurrency <= 8, stats
     else:
         # Two of moto's reads can also overlap and answer together, which
         # the probes do not take for in turn: then it gets the wave below.
@@ -111,7 +120,7 @@ def test_big_object_many_ranged_reads(remote):
         big_parts = f.stats
     assert_same(out, c.source)
     assert 10 <= big_parts.requests
-    assert in_turn or big_parts.requests < stats.requests
+    assert in_turn or near or big_parts.requests < stats.requests
     assert 1 <= big_parts.concurrency <= 8
     for s in (stats, big_parts):
         assert c.tensor_bytes <= s.bytes_fetched <= 1.01 * c.size

@@ -74,7 +74,9 @@ class LoadStats:
     they sent (more in flight, parts joined into larger requests, parts
     sent again to a store that serves requests in turn), each with the
     throughput before and after it and whether it was kept or undone for
-    making the load slower; also logged at DEBUG under ``fastshard.exec``."""
+    making the load slower; also logged at DEBUG under ``fastshard.exec``.
+    First, where the open saw the store near (its first read quick and
+    fast), the few large requests the load started with instead."""
 
     bytes_fetched: int = 0
     bytes_wanted: int = 0

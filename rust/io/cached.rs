@@ -268,7 +268,11 @@ impl RangeSource for CachedSource {
                     self.open_entry(size).await?;
                     let want = len.max(1).min(size);
                     if let Some(prefix) = self.cached(0, want) {
-                        return Ok(Discovery { prefix, size });
+                        return Ok(Discovery {
+                            prefix,
+                            size,
+                            timing: None,
+                        });
                     }
                 }
             }

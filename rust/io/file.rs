@@ -182,6 +182,7 @@ impl RangeSource for FileSource {
             Ok(Discovery {
                 prefix,
                 size: self.size,
+                timing: None,
             })
         })
     }

@@ -2,6 +2,8 @@
 //! through reqwest. Query strings are never shown in errors, since a
 //! presigned URL's signature is a credential.
 
+use std::time::Instant;
+
 use reqwest::header::{
     HeaderMap, HeaderName, CONTENT_LENGTH, CONTENT_RANGE, ETAG, IF_MATCH, LAST_MODIFIED, RANGE,
 };
@@ -14,6 +16,7 @@ use super::http_client::ClientSpec;
 use super::ranged::{Fetched, RangedObject, Remote, Version};
 use super::retry::RetryPolicy;
 use super::sink::PartSink;
+use super::Timing;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::location::Location;
@@ -246,11 +249,14 @@ impl RangedObject for HttpSource {
             bytes: Vec::new(),
             total,
             version: Pin::of(resp.headers()),
+            timing: None,
         }))
     }
 
     async fn get_once(&self, start: u64, len: u64) -> Result<Fetched<Pin>> {
+        let sent = Instant::now();
         let resp = self.send(start, start + len).await?;
+        let answered = Instant::now();
         let status = resp.status();
         let headers = resp.headers();
         let partial = status == StatusCode::PARTIAL_CONTENT;
@@ -278,6 +284,7 @@ impl RangedObject for HttpSource {
             bytes: body.to_vec(),
             total,
             version,
+            timing: Some(Timing::since(sent, answered)),
         })
     }
 

@@ -27,6 +27,7 @@ pub mod tls;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 pub use file::FileSource;
 pub use http::HttpSource;
@@ -49,6 +50,27 @@ pub struct Discovery {
     pub prefix: Vec<u8>,
     /// Total object size in bytes.
     pub size: u64,
+    /// How the store answered the read, where it went over a network.
+    pub timing: Option<Timing>,
+}
+
+/// How one network read was answered: its wait for the first byte (the
+/// response's head) and its body's transfer after it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    pub first_byte: Duration,
+    pub transfer: Duration,
+}
+
+impl Timing {
+    /// A read sent at `sent` whose head arrived at `answered` and whose
+    /// body has just ended.
+    pub fn since(sent: Instant, answered: Instant) -> Timing {
+        Timing {
+            first_byte: answered.saturating_duration_since(sent),
+            transfer: answered.elapsed(),
+        }
+    }
 }
 
 /// One part to fetch: the plan's part, the destinations its segments land

@@ -12,7 +12,7 @@ use super::sink::{
     exact, network_part_size, PartSink, NETWORK_CONCURRENCY, NETWORK_MAX_CONCURRENCY,
     NETWORK_MAX_JOINED, NETWORK_PLAN,
 };
-use super::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource};
+use super::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource, Timing};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::PlanOptions;
@@ -23,6 +23,8 @@ pub struct Fetched<V> {
     pub bytes: Vec<u8>,
     pub total: Option<u64>,
     pub version: V,
+    /// How the read was answered (a HEAD has no body to time).
+    pub timing: Option<Timing>,
 }
 
 /// What a network source holds besides its client: the URI as shown in
@@ -241,6 +243,7 @@ impl<T: RangedObject> RangeSource for T {
             Ok(Discovery {
                 prefix: got.bytes,
                 size,
+                timing: got.timing,
             })
         })
     }

@@ -84,6 +84,7 @@ impl RangedObject for Flaky {
             bytes: self.data[start as usize..end as usize].to_vec(),
             total: Some(if broken.is_ok() { 0 } else { size }),
             version: ETag(None),
+            timing: None,
         })
     }
 
@@ -93,6 +94,7 @@ impl RangedObject for Flaky {
             bytes: Vec::new(),
             total: Some(self.data.len() as u64),
             version: ETag(None),
+            timing: None,
         }))
     }
 

@@ -18,6 +18,8 @@ use crate::exec::probed;
 use crate::format::{self, Index};
 use crate::io::{Discovery, RangeSource};
 
+use super::seen::Seen;
+
 /// The first read: the 73-byte preamble and ~800 tensors' entries, 33 ms
 /// at 2 MB/s per connection, less than a first byte's wait on most stores.
 const DISCOVERY_BYTES: u64 = 64 * 1024;
@@ -32,9 +34,9 @@ pub(super) struct Discovered {
     pub size: u64,
     pub requests: u64,
     pub bytes: u64,
-    /// Seconds each request costs a store seen serving them in turn
-    /// (`probing`); `None` where it answered side by side or was not asked.
-    pub in_turn: Option<f64>,
+    /// What the first read and the probes beside it saw of the store
+    /// (`probing`); `None` where nothing stood out or nothing was asked.
+    pub seen: Option<Seen>,
 }
 
 /// How long the probes' answers are awaited after the first read's, in
@@ -73,6 +75,7 @@ pub(super) async fn probing(
     // worth nothing more.
     let disc = source.discover(DISCOVERY_BYTES, cancel).await?;
     let waited = began.elapsed();
+    let first_read = disc.timing.map(|t| (t, disc.prefix.len() as u64));
     let patience = waited.mul_f64(PROBE_PATIENCE) + Duration::from_millis(10);
     let (found, answered) = tokio::join!(
         rest(source, disc, cancel),
@@ -83,21 +86,30 @@ pub(super) async fn probing(
     found.requests += PROBES as u64;
     found.bytes += times.len() as u64;
     times.push(waited);
-    found.in_turn = probed(&times);
+    let in_turn = probed(&times).map(|service| Seen::InTurn { service });
+    found.seen = in_turn.or_else(|| first_read.and_then(|(t, n)| Seen::near(t, n)));
     let ms: Vec<String> = times
         .iter()
         .map(|t| format!("{:.0}", t.as_secs_f64() * 1e3))
         .collect();
-    let said = match found.in_turn {
+    let said = match found.seen {
         _ if times.len() <= PROBES => "not every probe answered in time: nothing learnt".into(),
-        Some(service) => format!(
+        Some(Seen::InTurn { service }) => format!(
             "the store serves requests in turn, about {:.0} ms each",
             service * 1e3
         ),
+        Some(Seen::Near { .. }) => "side by side; the store is near".to_string(),
         None => "side by side".to_string(),
     };
+    let read = first_read.map_or(String::new(), |(t, n)| {
+        format!(
+            "; the first read's first byte after {:.1} ms, its {n} bytes in {:.3} ms more",
+            t.first_byte.as_secs_f64() * 1e3,
+            t.transfer.as_secs_f64() * 1e3
+        )
+    });
     log::debug!(
-        "{}: discovery and {PROBES} probes sent together, answered after {} ms: {said}",
+        "{}: discovery and {PROBES} probes sent together, answered after {} ms{read}: {said}",
         source.uri(),
         ms.join(", ")
     );
@@ -140,7 +152,7 @@ async fn rest(
             size,
             requests: 1,
             bytes: first,
-            in_turn: None,
+            seen: None,
         });
     }
     let (rest, requests) = read_parts(source, first, index_end - first, cancel).await?;
@@ -150,7 +162,7 @@ async fn rest(
         size,
         requests: 1 + requests,
         bytes: prefix.len() as u64,
-        in_turn: None,
+        seen: None,
     })
 }
 

@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::check::{Checks, DataRegions, SharedRegions};
-use super::reads::{check_threads, load_stats, staging_budget};
+use super::reads::{check_threads, staging_budget};
 use super::regions::{destinations, zero_regions};
 use super::{LoadOptions, LoadStats, TensorFile};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, overlap, runtime, ExecOptions, ExecStats, Items};
-use crate::plan::{plan_reads, selection_wants, sliced_shape, ReadPlan, Slot, TensorSlice};
+use crate::plan::{plan_reads, selection_wants, sliced_shape, Part, ReadPlan, Slot, TensorSlice};
 
 /// A record header larger than this is treated as corrupt rather than
 /// allocated (encrypted headers hold 16 bytes per 2 MiB chunk: 64 MiB of
@@ -73,6 +73,7 @@ impl TensorFile {
             .map_err(|e| e.with_uri(uri))?;
         let bytes_wanted = plan.useful_bytes();
         let concurrency = self.concurrency(opts, plan.parts.len());
+        let largest = plan.parts.iter().map(Part::len).max().unwrap_or(0);
         let exec_opts = ExecOptions {
             concurrency: concurrency.start,
             staging_budget,
@@ -97,7 +98,8 @@ impl TensorFile {
             // valid for `len` bytes.
             unsafe { zero_regions(dests) };
         }
-        Ok(load_stats(&fetched?, bytes_wanted, header_bytes, started))
+        let bytes = (bytes_wanted, header_bytes);
+        Ok(self.load_stats(opts, largest, &fetched?, bytes, started))
     }
 
     /// Refuses what no load of this file can do, before anything is read;

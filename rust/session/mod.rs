@@ -10,6 +10,7 @@ mod mapped;
 mod open;
 mod reads;
 mod regions;
+mod seen;
 mod staged;
 mod staged_plan;
 
@@ -89,9 +90,9 @@ pub struct TensorFile {
     /// Time budget of each load (from the source options).
     deadline: Option<std::time::Duration>,
     discovery_stats: (u64, u64),
-    /// Seconds each request costs the store, where its discovery saw it
-    /// serving requests in turn (`discover::probing`).
-    in_turn: Option<f64>,
+    /// What the first file's discovery saw of the store
+    /// (`discover::probing`).
+    seen: Option<seen::Seen>,
 }
 
 impl TensorFile {

@@ -9,6 +9,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::discover::{discover, probing};
+use super::seen::Seen;
 use super::{Member, TensorFile};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
@@ -21,8 +22,8 @@ use crate::location::Location;
 const OPEN_CONCURRENCY: usize = 64;
 
 /// One file, opened: its source, index, size, discovery counters and what
-/// its discovery's probe saw (`discover::probing`).
-type Opened = (Arc<dyn RangeSource>, Index, u64, (u64, u64), Option<f64>);
+/// its discovery saw of the store (`discover::probing`).
+type Opened = (Arc<dyn RangeSource>, Index, u64, (u64, u64), Option<Seen>);
 
 impl TensorFile {
     /// Fetches and validates the header and index; stops once `cancel` is
@@ -54,7 +55,7 @@ impl TensorFile {
         let mut sources = Vec::with_capacity(opened.len());
         let mut members = Vec::with_capacity(opened.len());
         let mut discovery = (0, 0);
-        let in_turn = opened.first().and_then(|o| o.4);
+        let seen = opened.first().and_then(|o| o.4);
         for (source, index, size, (requests, bytes), _) in opened {
             discovery = (discovery.0 + requests, discovery.1 + bytes);
             members.push(Member {
@@ -76,7 +77,7 @@ impl TensorFile {
             catalog,
             deadline: opts.deadline,
             discovery_stats: discovery,
-            in_turn,
+            seen,
         })
     }
 }
@@ -102,7 +103,7 @@ async fn open_all(
             }
             .map_err(|e| e.with_uri(source.uri()))?;
             let stats = (found.requests, found.bytes);
-            let opened = (source, found.index, found.size, stats, found.in_turn);
+            let opened = (source, found.index, found.size, stats, found.seen);
             Ok::<_, Error>((i, opened))
         });
     }

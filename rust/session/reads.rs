@@ -12,6 +12,7 @@ use crate::io::PartSource;
 use crate::plan::{PlanOptions, Want};
 
 use super::check::Checks;
+use super::seen::Seen;
 
 /// Read amplification that large bridged gaps may add to a sliced load.
 const SLICE_AMPLIFICATION: f64 = 1.01;
@@ -80,7 +81,8 @@ impl TensorFile {
             // The plan's segments are exactly the wanted ranges, so their sum
             // sizes the parts before planning once.
             let wanted = wants.iter().fold(0u64, |n, w| n.saturating_add(w.len));
-            if let Some(p) = self.source.part_size_for(wanted) {
+            let near = self.near(opts).and_then(|seen| seen.part_size(wanted));
+            if let Some(p) = near.or_else(|| self.source.part_size_for(wanted)) {
                 plan_opts.part_size = p;
             }
         }
@@ -95,7 +97,10 @@ impl TensorFile {
                 max: None,
             },
             (None, target) => {
-                let start = self.source.default_concurrency().max(1);
+                let near = self.near(opts).and_then(Seen::concurrency);
+                let start = near
+                    .unwrap_or_else(|| self.source.default_concurrency())
+                    .max(1);
                 match (self.source.max_concurrency(), target) {
                     (Some(max), Some(t)) => {
                         let need = requests_for(t);
@@ -123,7 +128,36 @@ impl TensorFile {
     /// What the load knows of a store serving requests in turn before it
     /// starts (`ExecOptions::in_turn`): only where it joins parts.
     pub(super) fn in_turn(&self, opts: &LoadOptions) -> Option<f64> {
-        self.in_turn.filter(|_| self.join_up_to(opts).is_some())
+        self.seen
+            .and_then(Seen::in_turn)
+            .filter(|_| self.join_up_to(opts).is_some())
+    }
+
+    /// The open's near verdict (`seen`), where the load follows it: the
+    /// caller left the part size and the concurrency to the load and set
+    /// no throughput target (which sizes the start itself).
+    fn near(&self, opts: &LoadOptions) -> Option<Seen> {
+        self.seen
+            .filter(|s| matches!(s, Seen::Near { .. }))
+            .filter(|_| self.join_up_to(opts).is_some() && opts.throughput_target.is_none())
+    }
+
+    /// A load's stats from its executor's, with what the load made of the
+    /// open's verdict first; `part_size`: the plan's largest part.
+    pub(super) fn load_stats(
+        &self,
+        opts: &LoadOptions,
+        part_size: u64,
+        exec: &ExecStats,
+        bytes: (u64, u64),
+        started: Instant,
+    ) -> LoadStats {
+        let (bytes_wanted, header_bytes) = bytes;
+        let mut stats = load_stats(exec, bytes_wanted, header_bytes, started);
+        if let Some(said) = self.near(opts).and_then(|seen| seen.said(part_size)) {
+            stats.adaptations.insert(0, said);
+        }
+        stats
     }
 }
 
@@ -138,7 +172,7 @@ pub(super) fn check_threads(opts: &LoadOptions, tensors: usize) -> usize {
 }
 
 /// A load's stats from its executor's.
-pub(super) fn load_stats(
+fn load_stats(
     exec: &ExecStats,
     bytes_wanted: u64,
     header_bytes: u64,

@@ -14,14 +14,14 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::check::{Checks, DataRegions, Region, SharedRegions};
-use super::reads::{check_threads, load_stats, staging_budget};
+use super::reads::{check_threads, staging_budget};
 use super::staged_plan::StagePlan;
 use super::{LoadOptions, LoadStats, TensorFile};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::exec::{execute, overlap, runtime, ExecOptions, Items};
-use crate::plan::plan_reads;
+use crate::plan::{plan_reads, Part};
 use crate::stage::{piece_of_slot, wants, Ready};
 
 /// Slab regions handed to the reading thread.
@@ -228,6 +228,7 @@ impl TensorFile {
             );
         }
         let concurrency = self.concurrency(opts, reads.parts.len());
+        let largest = reads.parts.iter().map(Part::len).max().unwrap_or(0);
         let mut exec_opts = ExecOptions {
             concurrency: concurrency.start,
             staging_budget: budget,
@@ -296,12 +297,8 @@ impl TensorFile {
             },
         )?;
         let staged: u64 = plan.specs.iter().map(|s| s.staged_len()).sum();
-        Ok(load_stats(
-            &exec,
-            staged + header_bytes,
-            header_bytes,
-            started,
-        ))
+        let bytes = (staged + header_bytes, header_bytes);
+        Ok(self.load_stats(opts, largest, &exec, bytes, started))
     }
 
     /// Where tensor `i`'s data starts in the load's address space.

@@ -7,6 +7,7 @@
 //! GCS emulator ignores If-Match, as some stores do).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
@@ -18,6 +19,7 @@ use crate::io::capped::CappedBody;
 use crate::io::ranged::{ETag, Fetched, RangedObject, Remote};
 use crate::io::retry::RetryPolicy;
 use crate::io::sink::PartSink;
+use crate::io::Timing;
 use crate::location::Location;
 
 pub struct GcsSource {
@@ -117,7 +119,9 @@ impl RangedObject for GcsSource {
 
     async fn get_once(&self, start: u64, len: u64) -> Result<Fetched<ETag>> {
         let end = start + len;
+        let sent = Instant::now();
         let got = self.get(start, end).await?;
+        let answered = Instant::now();
         let total = Some(got.meta.size);
         let version = ETag(got.meta.e_tag.clone());
         let bytes = got.bytes().await.map_err(|e| body_error(e, start, end))?;
@@ -125,6 +129,7 @@ impl RangedObject for GcsSource {
             bytes: bytes.to_vec(),
             total,
             version,
+            timing: Some(Timing::since(sent, answered)),
         })
     }
 
@@ -134,6 +139,7 @@ impl RangedObject for GcsSource {
             bytes: Vec::new(),
             total: Some(meta.size),
             version: ETag(meta.e_tag),
+            timing: None,
         }))
     }
 

@@ -15,6 +15,8 @@ pub use cache::Store;
 pub use client::S3Client;
 pub use upload::{Upload, MIN_PART};
 
+use std::time::Instant;
+
 use aws_sdk_s3::operation::get_object::GetObjectOutput;
 
 pub use config::{Addressing, CredentialSource, EnvSnapshot, S3Options};
@@ -24,6 +26,7 @@ use super::content_range;
 use super::ranged::{ETag, Fetched, RangedObject, Remote};
 use super::retry::RetryPolicy;
 use super::sink::PartSink;
+use super::Timing;
 use crate::error::{Error, ErrorKind, Result};
 use crate::location::Location;
 
@@ -108,7 +111,9 @@ impl RangedObject for S3Source {
 
     async fn get_once(&self, start: u64, len: u64) -> Result<Fetched<ETag>> {
         let end = start + len;
+        let sent = Instant::now();
         let out = self.get(start, end).await?;
+        let answered = Instant::now();
         let total = content_range::check(out.content_range(), false, start, end)?.or_else(|| {
             out.content_length()
                 .and_then(|l| u64::try_from(l).ok())
@@ -123,6 +128,7 @@ impl RangedObject for S3Source {
             bytes: bytes.to_vec(),
             total,
             version: etag,
+            timing: Some(Timing::since(sent, answered)),
         })
     }
 
@@ -140,6 +146,7 @@ impl RangedObject for S3Source {
             bytes: Vec::new(),
             total: out.content_length().and_then(|l| u64::try_from(l).ok()),
             version: ETag(out.e_tag().map(str::to_string)),
+            timing: None,
         }))
     }
 
