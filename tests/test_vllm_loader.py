@@ -169,6 +169,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.s3
+@pytest.mark.usefixtures("vllm_config_without_triton")
 def test_ranks_from_vllms_gloo_groups(tmp_path: Path, seaweed):
     """Two processes with vLLM's own TP (then PP) groups over gloo load
     per-rank files and, cooperatively, one HF-layout file from the local S3

