@@ -116,9 +116,15 @@ def register() -> None:
     """Register fastshard's loader with vLLM's loader registry (now, or as
     soon as that registry is imported), and, in a process that builds
     engine arguments, let them take s3:// model paths for
-    fastshard's formats (remote_model.py)."""
+    fastshard's formats (remote_model.py). On a vLLM release not in
+    ``versions.TESTED_VERSIONS`` it logs a warning naming both, and
+    registers all the same."""
     global _wanted
     _wanted = True
+    # An untested vLLM gets one warning per process, never a refusal.
+    from .versions import warn_if_untested
+
+    warn_if_untested()
     if REGISTRY_MODULE in sys.modules:
         _remove_hook()
         _register_now()

