@@ -71,7 +71,7 @@ def test_a_near_store_gets_a_few_large_requests_and_a_far_one_the_wave(
                 near.append(f.stats)
     probed = [r.getMessage() for r in caplog.records if "probes sent together" in r.getMessage()]
     assert len(probed) == 3 and all("the first read's first byte after " in m for m in probed)
-    for stats, said in zip(near, probed):
+    for stats, said in zip(near, probed, strict=True):
         assert _near(stats) == said.endswith("the store is near"), (stats, said)
     near = [s for s in near if _near(s)]
     assert near, probed
