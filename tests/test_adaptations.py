@@ -19,15 +19,22 @@ import fastshard
 from fastshard_lab.pyshaper import PyShaper
 
 
+def _uploaded(
+    seaweed: SeaweedFS, tmp_path: Path, seed: int, rows: int, key: str
+) -> tuple[dict[str, torch.Tensor], str]:
+    """16 float32 tensors of ``rows`` x 1024, saved and uploaded to ``key``."""
+    g = torch.Generator().manual_seed(seed)
+    sd = {f"w{i}": torch.randn(rows, 1024, generator=g) for i in range(16)}
+    path = tmp_path / "m.tensors"
+    fastshard.save(sd, path)
+    return sd, seaweed.upload(path, key)
+
+
 @pytest.mark.s3
 def test_a_store_serving_in_turn_is_told_in_the_stats_and_the_log(
     seaweed: SeaweedFS, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    g = torch.Generator().manual_seed(11)
-    sd = {f"w{i}": torch.randn(256, 1024, generator=g) for i in range(16)}  # 16 MiB
-    path = tmp_path / "m.tensors"
-    fastshard.save(sd, path)
-    uri = seaweed.upload(path, "adapt/m.tensors")
+    sd, uri = _uploaded(seaweed, tmp_path, 11, 256, "adapt/m.tensors")  # 16 MiB
     with PyShaper(seaweed.s3_port, latency_ms=20, rate_mbps=200, service_ms=100) as proxy:
         with caplog.at_level(logging.DEBUG, logger="fastshard"):
             with fastshard.open(uri, **seaweed.opts(s3_endpoint=proxy.endpoint)) as f:
@@ -55,11 +62,7 @@ def _near(stats: fastshard.LoadStats) -> bool:
 def test_a_near_store_gets_a_few_large_requests_and_a_far_one_the_wave(
     seaweed: SeaweedFS, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    g = torch.Generator().manual_seed(12)
-    sd = {f"w{i}": torch.randn(512, 1024, generator=g) for i in range(16)}  # 32 MiB
-    path = tmp_path / "m.tensors"
-    fastshard.save(sd, path)
-    uri = seaweed.upload(path, "adapt/near.tensors")
+    sd, uri = _uploaded(seaweed, tmp_path, 12, 512, "adapt/near.tensors")  # 32 MiB
     # SeaweedFS on loopback answers the first read at once: near, unless a
     # busy machine delays it (then the load is the far one below), so one
     # of three opens must see it.

@@ -153,11 +153,18 @@ impl TensorFile {
         started: Instant,
     ) -> LoadStats {
         let (bytes_wanted, header_bytes) = bytes;
-        let mut stats = load_stats(exec, bytes_wanted, header_bytes, started);
-        if let Some(said) = self.near(opts).and_then(|seen| seen.said(part_size)) {
-            stats.adaptations.insert(0, said);
+        let opened = self.near(opts).and_then(|seen| seen.said(part_size));
+        LoadStats {
+            bytes_fetched: exec.bytes_fetched,
+            bytes_wanted,
+            requests: exec.requests,
+            retries: exec.retries,
+            seconds: started.elapsed().as_secs_f64(),
+            concurrency: exec.max_in_flight as usize,
+            peak_host_bytes: header_bytes + exec.peak_staging,
+            bytes_from_cache: exec.bytes_from_cache,
+            adaptations: opened.into_iter().chain(exec.adaptations.clone()).collect(),
         }
-        stats
     }
 }
 
@@ -169,26 +176,6 @@ pub(super) fn check_threads(opts: &LoadOptions, tensors: usize) -> usize {
         false => 1,
     }
     .max(1)
-}
-
-/// A load's stats from its executor's.
-fn load_stats(
-    exec: &ExecStats,
-    bytes_wanted: u64,
-    header_bytes: u64,
-    started: Instant,
-) -> LoadStats {
-    LoadStats {
-        bytes_fetched: exec.bytes_fetched,
-        bytes_wanted,
-        requests: exec.requests,
-        retries: exec.retries,
-        seconds: started.elapsed().as_secs_f64(),
-        concurrency: exec.max_in_flight as usize,
-        peak_host_bytes: header_bytes + exec.peak_staging,
-        bytes_from_cache: exec.bytes_from_cache,
-        adaptations: exec.adaptations.clone(),
-    }
 }
 
 /// What the load may hold for gap scratch: `max_host_bytes` less the record
