@@ -8,6 +8,7 @@ time is asserted."""
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,14 @@ def test_a_near_store_gets_a_few_large_requests_and_a_far_one_the_wave(
         assert 2 <= stats.requests <= 5 and stats.concurrency <= 4, stats
         said = stats.adaptations[0]
         assert "4 requests in flight to start, parts of " in said, said
+        # Judged as its one round ends, against what one near request gives
+        # (a busy machine may undo it; nothing is queued by then to widen).
+        judged = re.search(
+            r"MB/s over its first requests, against the 200\.0 MB/s one request to a "
+            r"near store gives: (kept|undone, up to 64 requests in flight for the rest)$",
+            said,
+        )
+        assert judged, said
     # A number set by hand is kept: the wave it asks for, nothing said.
     with fastshard.open(uri, concurrency=32, **seaweed.opts()) as f:
         assert_state_equal(f.load_state_dict(), sd)

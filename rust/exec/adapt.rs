@@ -71,6 +71,21 @@ impl Growth {
         fewer
     }
 
+    /// The small start was undone: `to` requests in flight from `now`
+    /// (within the ceiling), growing from there as a load that began with
+    /// them would. Returns how many requests more.
+    pub fn widen(&mut self, to: usize, now: Instant) -> usize {
+        let to = to.min(self.max).max(self.limit);
+        let more = to - self.limit;
+        self.limit = to;
+        self.growing = self.limit < self.max;
+        self.round_start = now;
+        self.round_bytes = 0;
+        self.round_parts = 0;
+        self.last_rate = 0.0;
+        more
+    }
+
     /// Records one completed part of `bytes`; returns how many requests
     /// may be added to the limit now. While `may_grow` is false (the last
     /// growth awaits its verdict) rounds are measured but add nothing.

@@ -37,7 +37,8 @@ pub struct Control {
 }
 
 impl Control {
-    pub fn new(opts: &ExecOptions, now: Instant) -> Control {
+    /// `wanted`: the bytes the load's parts carry (their segments).
+    pub fn new(opts: &ExecOptions, wanted: u64, now: Instant) -> Control {
         let start = opts.concurrency.max(1);
         let growth = Growth::new(start, opts.max_concurrency.unwrap_or(start), now)
             .with_target(opts.throughput_target);
@@ -46,9 +47,22 @@ impl Control {
                 Sizer::new(max, start as u64, now).known(opts.in_turn),
             ))
         });
+        let mut judge = Judge::new(now);
+        if let Some(near) = opts.near {
+            let change = Change::Near {
+                first_byte: near.first_byte,
+                rate: near.rate,
+                start,
+                part: near.part,
+                wave: near.wave,
+            };
+            // The first round: every request the start sent at once.
+            let window = (near.part.saturating_mul(start as u64)).min(wanted);
+            judge.started(change, near.floor, window);
+        }
         Control {
             growth: Mutex::new(growth),
-            judge: Mutex::new(Judge::new(now)),
+            judge: Mutex::new(judge),
             sizer,
             permits: Arc::new(Semaphore::new(start)),
             owed: AtomicUsize::new(0),
@@ -85,7 +99,14 @@ impl Control {
     /// The part queue joined a request of `bytes` or cut the rest of the
     /// load for the first time: judged like the rest.
     pub fn queue_decided(&self, change: Change, bytes: u64) {
-        let settle = bytes * locked(&self.growth).limit() as u64;
+        let settle = match change {
+            // A store serving requests in turn has one request's bytes in
+            // service at a time, whatever the limit: a window of those
+            // judges the cut within the load (one of `limit` requests'
+            // bytes would outlast it).
+            Change::InTurn { .. } => bytes,
+            _ => bytes * locked(&self.growth).limit() as u64,
+        };
         self.judged(|j| j.decided(change, settle, Instant::now()));
     }
 
@@ -171,6 +192,10 @@ impl Control {
                 self.owed.fetch_add(fewer - taken, Ordering::SeqCst);
             }
             Change::Joined { .. } | Change::InTurn { .. } => self.with_sizer(Sizer::stop_joining),
+            Change::Near { wave, .. } => {
+                let more = locked(&self.growth).widen(wave, Instant::now());
+                self.permits.add_permits(more);
+            }
         }
     }
 

@@ -115,7 +115,8 @@ impl<S: PartSource + ?Sized> Run<S> {
         cancel: &CancelToken,
         parts: Vec<Part>,
     ) -> Run<S> {
-        let control = Control::new(&opts, Instant::now());
+        let wanted = parts.iter().flat_map(|p| &p.segments).map(|s| s.len).sum();
+        let control = Control::new(&opts, wanted, Instant::now());
         Run {
             populate: source.populates_ahead() && populate_enabled(),
             source,
@@ -369,3 +370,7 @@ impl<S: PartSource + ?Sized> Run<S> {
 #[cfg(test)]
 #[path = "executor_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "judged_tests.rs"]
+mod judged_tests;

@@ -36,6 +36,17 @@ pub enum Change {
         service: f64,
         cap: u64,
     },
+    /// The store looked near when it was opened (its first read: the
+    /// first byte after `first_byte` seconds, then `rate` bytes a second):
+    /// the load started with `start` requests of `part` bytes instead of a
+    /// wave of `wave`.
+    Near {
+        first_byte: f64,
+        rate: f64,
+        start: usize,
+        part: u64,
+        wave: usize,
+    },
 }
 
 impl fmt::Display for Change {
@@ -70,6 +81,20 @@ impl fmt::Display for Change {
                  again, requests of up to {cap} bytes",
                 service * 1e3
             ),
+            Change::Near {
+                first_byte,
+                rate,
+                start,
+                part,
+                ..
+            } => write!(
+                f,
+                "store is near (its first byte after {:.1} ms, its first read at {:.0} \
+                 MB/s, seen when it was opened): {start} requests in flight to start, \
+                 parts of {part} bytes",
+                first_byte * 1e3,
+                rate / 1e6
+            ),
         }
     }
 }
@@ -89,6 +114,26 @@ pub struct Adaptation {
 impl fmt::Display for Adaptation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mb = |r: f64| r / 1e6;
+        if let Change::Near { wave, .. } = self.change {
+            // Taken before anything was read: judged against the rate the
+            // open's evidence promised, not a window before it.
+            write!(f, "{}: ", self.change)?;
+            return match (self.after, self.undone) {
+                (Some(after), undone) => write!(
+                    f,
+                    "{:.1} MB/s over its first requests, against the {:.1} MB/s one \
+                     request to a near store gives: {}",
+                    mb(after),
+                    mb(self.before),
+                    if undone {
+                        format!("undone, up to {wave} requests in flight for the rest")
+                    } else {
+                        "kept".to_string()
+                    }
+                ),
+                (None, _) => write!(f, "not judged (the load ended first)"),
+            };
+        }
         write!(f, "{}: {:.1} MB/s before", self.change, mb(self.before))?;
         match (self.after, self.undone) {
             (Some(after), true) => write!(f, ", {:.1} MB/s after: undone", mb(after)),
@@ -166,6 +211,29 @@ impl Judge {
         });
     }
 
+    /// `change` was taken before the load began, from what the open saw
+    /// of the store: judged on the load's first `window` bytes, which it
+    /// shaped all of, against `promised`, the rate that evidence stood for.
+    pub fn started(&mut self, change: Change, promised: f64, window: u64) {
+        let window = window.max(1);
+        self.said.push(format!(
+            "{change}; judged on the first {window} bytes against {:.1} MB/s",
+            promised / 1e6
+        ));
+        self.pending.push(Pending {
+            entry: self.log.len(),
+            done_at: 0,
+            settle: window,
+            settled: Some((self.started, 0)),
+        });
+        self.log.push(Adaptation {
+            change,
+            before: promised,
+            after: None,
+            undone: false,
+        });
+    }
+
     /// Bytes a second over the most recent `bytes` completed (or since the
     /// load began, when fewer have).
     fn rate_over_last(&self, bytes: u64, now: Instant) -> f64 {
@@ -236,132 +304,5 @@ fn rate(bytes: u64, seconds: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    const MB: u64 = 1_000_000;
-
-    /// Completes `n` parts of 1 MB at `rate` bytes a second from `now`.
-    fn run(j: &mut Judge, now: &mut Instant, n: usize, rate: f64) -> Vec<Change> {
-        let mut undo = Vec::new();
-        for _ in 0..n {
-            *now += Duration::from_secs_f64(MB as f64 / rate);
-            undo.extend(j.completed(MB, *now));
-        }
-        undo
-    }
-
-    #[test]
-    fn a_decision_that_slowed_the_load_is_undone() {
-        let mut now = Instant::now();
-        let mut j = Judge::new(now);
-        run(&mut j, &mut now, 20, 400e6);
-        let grew = Change::Grew { from: 8, to: 16 };
-        j.decided(grew, 8 * MB, now);
-        assert!(j.busy());
-        // The 8 MB in flight complete at the old rate, then it halves.
-        assert!(run(&mut j, &mut now, 8, 400e6).is_empty());
-        assert!(run(&mut j, &mut now, 7, 200e6).is_empty());
-        assert_eq!(run(&mut j, &mut now, 1, 200e6), vec![grew]);
-        assert!(!j.busy());
-        let a = &j.log()[0];
-        assert!(a.undone && (a.before - 400e6).abs() < 1e3, "{a:?}");
-        let said = j.adaptations()[0].clone();
-        assert!(
-            said.ends_with("400.0 MB/s before, 200.0 MB/s after: undone"),
-            "{said}"
-        );
-    }
-
-    #[test]
-    fn a_decision_that_helped_or_changed_nothing_is_kept() {
-        for (after, kept) in [(800e6, true), (380e6, true)] {
-            let mut now = Instant::now();
-            let mut j = Judge::new(now);
-            run(&mut j, &mut now, 10, 400e6);
-            j.decided(
-                Change::Joined {
-                    bytes: 4 * MB,
-                    planned: MB,
-                },
-                4 * MB,
-                now,
-            );
-            assert!(run(&mut j, &mut now, 12, after).is_empty());
-            assert_eq!(j.log()[0].undone, !kept);
-            assert!(!j.busy());
-        }
-    }
-
-    #[test]
-    fn the_rate_before_covers_the_window_not_the_whole_load() {
-        let mut now = Instant::now();
-        let mut j = Judge::new(now);
-        // A slow start (first-byte latency), then 1 GB/s: the window of the
-        // last 4 MB sees 1 GB/s.
-        run(&mut j, &mut now, 4, 50e6);
-        run(&mut j, &mut now, 8, 1e9);
-        j.decided(Change::Grew { from: 4, to: 8 }, 4 * MB, now);
-        assert!((j.log()[0].before - 1e9).abs() < 1e3, "{:?}", j.log());
-        // With less history than the window, the rate since the start.
-        let start = Instant::now();
-        let mut j = Judge::new(start);
-        j.completed(MB, start + Duration::from_millis(10));
-        j.decided(
-            Change::Grew { from: 1, to: 2 },
-            8 * MB,
-            start + Duration::from_millis(10),
-        );
-        assert!((j.log()[0].before - 100e6).abs() < 1e3, "{:?}", j.log());
-    }
-
-    #[test]
-    fn a_load_that_ends_first_leaves_the_decision_unjudged() {
-        let now = Instant::now();
-        let mut j = Judge::new(now);
-        j.decided(
-            Change::InTurn {
-                resent: 60,
-                service: 0.1,
-                cap: 8 * MB,
-            },
-            16 * MB,
-            now,
-        );
-        j.completed(MB, now + Duration::from_millis(5));
-        let said = &j.adaptations()[0];
-        assert!(
-            said.contains("in turn (100 ms each): 60 parts sent again"),
-            "{said}"
-        );
-        assert!(
-            said.ends_with("not judged (the load ended first)"),
-            "{said}"
-        );
-    }
-
-    #[test]
-    fn decisions_are_judged_each_on_its_own_window() {
-        let mut now = Instant::now();
-        let mut j = Judge::new(now);
-        run(&mut j, &mut now, 10, 400e6);
-        let (a, b) = (
-            Change::Grew { from: 8, to: 16 },
-            Change::Joined {
-                bytes: 2 * MB,
-                planned: MB,
-            },
-        );
-        j.decided(a, 2 * MB, now);
-        run(&mut j, &mut now, 2, 400e6);
-        j.decided(b, 6 * MB, now);
-        // `a` is judged on 2 MB at 600 MB/s (kept); then `b` sees 300 MB/s
-        // against 400+ before it: undone.
-        let undo = run(&mut j, &mut now, 2, 600e6);
-        assert!(undo.is_empty());
-        assert!(!j.log()[0].undone && j.log()[0].after.is_some());
-        let undo = run(&mut j, &mut now, 10, 300e6);
-        assert_eq!(undo, vec![b]);
-    }
-}
+#[path = "judge_tests.rs"]
+mod tests;

@@ -17,6 +17,6 @@ mod sizing;
 pub use adapt::requests_for;
 pub use executor::execute;
 pub use landed::{overlap, Items, Landed, Locate};
-pub use options::{ExecOptions, ExecStats, Gate, OnLanded};
+pub use options::{ExecOptions, ExecStats, Gate, NearStart, OnLanded};
 pub use queueing::probed;
 pub use runtime::runtime;

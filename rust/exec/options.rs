@@ -49,6 +49,10 @@ pub struct ExecOptions {
     /// before the load began (`queueing::probed`); only where parts are
     /// joined (`join_up_to`).
     pub in_turn: Option<f64>,
+    /// The load starts with fewer, larger requests because the store
+    /// looked near when it was opened: a decision judged like the
+    /// executor's own, and undone to the usual first wave.
+    pub near: Option<NearStart>,
     /// Parts wait for it before they start (a staged load's slabs).
     pub gate: Option<Arc<dyn Gate>>,
 }
@@ -64,9 +68,27 @@ impl ExecOptions {
             throughput_target: None,
             join_up_to: None,
             in_turn: None,
+            near: None,
             gate: None,
         }
     }
+}
+
+/// What a load that started small on a near store (`session::seen`) was
+/// told, for judging that start.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NearStart {
+    /// The open's first read: seconds to its first byte, then bytes a second.
+    pub first_byte: f64,
+    pub rate: f64,
+    /// The rate one request to a near store gives at least: the load's
+    /// first round of requests together must reach it.
+    pub floor: f64,
+    /// Requests in flight the load would have started with otherwise: the
+    /// start undone goes there.
+    pub wave: usize,
+    /// The plan's part size.
+    pub part: u64,
 }
 
 impl std::fmt::Debug for ExecOptions {
@@ -80,6 +102,7 @@ impl std::fmt::Debug for ExecOptions {
             .field("throughput_target", &self.throughput_target)
             .field("join_up_to", &self.join_up_to)
             .field("in_turn", &self.in_turn)
+            .field("near", &self.near)
             .field("gate", &self.gate.is_some())
             .finish()
     }

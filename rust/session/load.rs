@@ -83,6 +83,7 @@ impl TensorFile {
             throughput_target: opts.throughput_target,
             join_up_to: self.join_up_to(opts),
             in_turn: self.in_turn(opts),
+            near: self.near_start(opts, largest),
             gate: None,
         };
         let cancel = cancel.child_with_budget(self.deadline);
@@ -99,7 +100,7 @@ impl TensorFile {
             unsafe { zero_regions(dests) };
         }
         let bytes = (bytes_wanted, header_bytes);
-        Ok(self.load_stats(opts, largest, &fetched?, bytes, started))
+        Ok(self.load_stats(&fetched?, bytes, started))
     }
 
     /// Refuses what no load of this file can do, before anything is read;

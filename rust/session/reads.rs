@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::{LoadOptions, LoadStats, TensorFile};
 use crate::error::{Error, Result};
-use crate::exec::{requests_for, ExecStats};
+use crate::exec::{requests_for, ExecStats, NearStart};
 use crate::io::PartSource;
 use crate::plan::{PlanOptions, Want};
 
@@ -142,18 +142,21 @@ impl TensorFile {
             .filter(|_| self.join_up_to(opts).is_some() && opts.throughput_target.is_none())
     }
 
-    /// A load's stats from its executor's, with what the load made of the
-    /// open's verdict first; `part_size`: the plan's largest part.
+    /// What the executor judges of a start the open's near verdict set
+    /// (`ExecOptions::near`); `part_size`: the plan's largest part.
+    pub(super) fn near_start(&self, opts: &LoadOptions, part_size: u64) -> Option<NearStart> {
+        let wave = self.source.default_concurrency();
+        self.near(opts)?.near_start(part_size, wave)
+    }
+
+    /// A load's stats from its executor's.
     pub(super) fn load_stats(
         &self,
-        opts: &LoadOptions,
-        part_size: u64,
         exec: &ExecStats,
         bytes: (u64, u64),
         started: Instant,
     ) -> LoadStats {
         let (bytes_wanted, header_bytes) = bytes;
-        let opened = self.near(opts).and_then(|seen| seen.said(part_size));
         LoadStats {
             bytes_fetched: exec.bytes_fetched,
             bytes_wanted,
@@ -163,7 +166,7 @@ impl TensorFile {
             concurrency: exec.max_in_flight as usize,
             peak_host_bytes: header_bytes + exec.peak_staging,
             bytes_from_cache: exec.bytes_from_cache,
-            adaptations: opened.into_iter().chain(exec.adaptations.clone()).collect(),
+            adaptations: exec.adaptations.clone(),
         }
     }
 }

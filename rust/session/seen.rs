@@ -20,6 +20,7 @@
 
 use std::time::Duration;
 
+use crate::exec::NearStart;
 use crate::io::Timing;
 
 /// A first byte later than this is a store farther than the same network.
@@ -94,17 +95,18 @@ impl Seen {
         }
     }
 
-    /// What a load that followed a near verdict tells in
-    /// `LoadStats.adaptations` (the in-turn cut is the executor's to tell).
-    pub(super) fn said(self, part_size: u64) -> Option<String> {
+    /// What a load that followed a near verdict starts with, for the
+    /// executor to judge (`exec::NearStart`): parts of `part` bytes, where
+    /// it would have started `wave` requests otherwise.
+    pub(super) fn near_start(self, part: u64, wave: usize) -> Option<NearStart> {
         match self {
-            Seen::Near { first_byte, rate } => Some(format!(
-                "store is near (its first byte after {:.1} ms, its first read at {:.0} MB/s, \
-                 seen when it was opened): {NEAR_CONCURRENCY} requests in flight to start, \
-                 parts of {part_size} bytes",
-                first_byte.as_secs_f64() * 1e3,
-                rate / 1e6
-            )),
+            Seen::Near { first_byte, rate } => Some(NearStart {
+                first_byte: first_byte.as_secs_f64(),
+                rate,
+                floor: NEAR_RATE,
+                wave,
+                part,
+            }),
             Seen::InTurn { .. } => None,
         }
     }
@@ -148,18 +150,18 @@ mod tests {
         assert_eq!(near.part_size(43 * MIB), Some(11 * MIB));
         assert_eq!(near.part_size(100), Some(MIB));
         assert_eq!(near.part_size(64 << 30), Some(NEAR_MAX_PART));
-        let said = near.said(11 * MIB).unwrap();
-        assert!(
-            said.starts_with("store is near (its first byte after 1.0 ms"),
-            "{said}"
+        let start = near.near_start(11 * MIB, 64).unwrap();
+        assert_eq!(
+            (start.first_byte, start.part, start.wave),
+            (1e-3, 11 * MIB, 64)
         );
-        assert!(said.ends_with("4 requests in flight to start, parts of 11534336 bytes"));
+        assert_eq!(start.floor, NEAR_RATE);
         let in_turn = Seen::InTurn { service: 0.1 };
         assert_eq!(in_turn.in_turn(), Some(0.1));
         assert_eq!(
             (in_turn.part_size(MIB), in_turn.concurrency()),
             (None, None)
         );
-        assert_eq!(in_turn.said(MIB), None);
+        assert_eq!(in_turn.near_start(MIB, 64), None);
     }
 }

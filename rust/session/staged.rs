@@ -238,6 +238,7 @@ impl TensorFile {
             throughput_target: opts.throughput_target,
             join_up_to: self.join_up_to(opts).map(|j| j.min(slab_bytes / 2)),
             in_turn: self.in_turn(opts),
+            near: self.near_start(opts, largest),
             gate: Some(Arc::clone(ready) as Arc<dyn crate::exec::Gate>),
         };
         let pieces = &plan.layout.pieces;
@@ -298,7 +299,7 @@ impl TensorFile {
         )?;
         let staged: u64 = plan.specs.iter().map(|s| s.staged_len()).sum();
         let bytes = (staged + header_bytes, header_bytes);
-        Ok(self.load_stats(opts, largest, &exec, bytes, started))
+        Ok(self.load_stats(&exec, bytes, started))
     }
 
     /// Where tensor `i`'s data starts in the load's address space.

@@ -1,0 +1,132 @@
+//! The executor's judged decisions end to end: growth, joining and a near
+//! start, each undone when the load ran slower than it should.
+
+use super::tests::{load_from, setup};
+use super::*;
+use crate::exec::NearStart;
+use crate::io::mock::MockSource;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+#[test]
+fn more_requests_in_flight_that_slowed_the_store_are_taken_back() {
+    // A store that answers two requests in 5 ms each and takes 40 ms more
+    // for each request started while more than two are in flight: growing
+    // to four halves the throughput, so the judge undoes it.
+    let ms = Duration::from_millis(1);
+    let src = Arc::new(MockSource {
+        bytes: setup(vec![]).2,
+        delay: 5 * ms,
+        crowded: Some((2, 40 * ms)),
+        ..Default::default()
+    });
+    let opts = ExecOptions {
+        max_concurrency: Some(16),
+        ..ExecOptions::new(2)
+    };
+    let stats = load_from(&src, opts);
+    let said = stats.adaptations.join("\n");
+    assert!(
+        said.starts_with("requests in flight 2 -> 4: ") && said.contains("after: undone"),
+        "{said}"
+    );
+    // Without the undo, every part after the first few would start
+    // crowded.
+    let crowded = src.crowded_starts.load(Ordering::SeqCst);
+    assert!(crowded < 16, "{crowded} crowded starts; {said}");
+    // A store that does not slow down keeps the growth.
+    let src = Arc::new(MockSource {
+        bytes: setup(vec![]).2,
+        delay: 5 * ms,
+        ..Default::default()
+    });
+    let opts = ExecOptions {
+        max_concurrency: Some(4),
+        ..ExecOptions::new(2)
+    };
+    let said = load_from(&src, opts).adaptations.join("\n");
+    assert!(
+        said.starts_with("requests in flight 2 -> 4: ") && said.ends_with("kept"),
+        "{said}"
+    );
+}
+
+#[test]
+fn joined_requests_that_slowed_the_load_are_undone() {
+    // First bytes cost 20 ms and transfers nothing, which calls for joining,
+    // but the store waits 200 ms more before answering any request over
+    // one part: a longer wait, which alone would call for joining more.
+    let ms = Duration::from_millis(1);
+    let src = Arc::new(MockSource {
+        bytes: setup(vec![]).2,
+        delay: 20 * ms,
+        large: Some((1024, 200 * ms)),
+        ..Default::default()
+    });
+    let opts = ExecOptions {
+        join_up_to: Some(4 * 1024),
+        ..ExecOptions::new(2)
+    };
+    let stats = load_from(&src, opts);
+    let said = stats.adaptations.join("\n");
+    assert!(
+        said.starts_with("parts joined: requests of ") && said.contains("after: undone"),
+        "{said}"
+    );
+    // After the undo, parts go as planned: most of the 64 are single.
+    assert!(stats.requests > 40, "{stats:?}");
+}
+
+#[test]
+fn a_near_start_that_moved_less_than_promised_is_undone_to_the_wave() {
+    // Each request takes 5 ms for 1 KiB: far less than the 10 MB/s the
+    // open's look at the store promised for one request, so the start of 2
+    // goes to the wave of 16 after its first round.
+    let ms = Duration::from_millis(1);
+    let near = |floor: f64| NearStart {
+        first_byte: 0.001,
+        rate: 1e9,
+        floor,
+        wave: 16,
+        part: 1024,
+    };
+    let src = Arc::new(MockSource {
+        bytes: setup(vec![]).2,
+        delay: 5 * ms,
+        ..Default::default()
+    });
+    let opts = ExecOptions {
+        max_concurrency: Some(16),
+        near: Some(near(10e6)),
+        ..ExecOptions::new(2)
+    };
+    let stats = load_from(&src, opts);
+    let said = stats.adaptations.join("\n");
+    assert!(
+        said.starts_with("store is near (") && said.contains("2 requests in flight to start"),
+        "{said}"
+    );
+    assert!(
+        said.contains("undone, up to 16 requests in flight for the rest"),
+        "{said}"
+    );
+    assert_eq!(src.max_in_flight.load(Ordering::SeqCst), 16, "{said}");
+    // Promised no more than it gave: kept, and the load grows from 2 as
+    // usual, judged step by step.
+    let src = Arc::new(MockSource {
+        bytes: setup(vec![]).2,
+        delay: 5 * ms,
+        ..Default::default()
+    });
+    let opts = ExecOptions {
+        max_concurrency: Some(16),
+        near: Some(near(1e3)),
+        ..ExecOptions::new(2)
+    };
+    let said = load_from(&src, opts).adaptations.join("\n");
+    assert!(
+        said.starts_with("store is near (") && said.contains(": kept"),
+        "{said}"
+    );
+    assert!(said.contains("\nrequests in flight 2 -> 4: "), "{said}");
+}
