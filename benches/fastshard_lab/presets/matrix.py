@@ -13,7 +13,9 @@ Columns, each load in a fresh process in alternating order, --runs rounds
 part option), fixed concurrency x part size (64 x 4 MiB, 16 x 16 MiB,
 8 x 32 MiB, 4 x 64 MiB), and a raw client (64 ranged GETs of a presigned
 URL, Python threads, into fresh memory, as load_state_dict returns new
-tensors); then the default ÷ the best fixed setting and ÷ the raw client.
+tensors), told the object's size and again learning it first (a one-byte
+ranged GET, the round trip any client given only the URI makes); then the
+default ÷ the best fixed setting and ÷ each raw client.
 A second table gives each fastshard cell's requests and most in flight
 (its LoadStats). Every load's data is checked against the object's.
 
@@ -41,7 +43,7 @@ from .. import deps, measure, report
 from ..params import BENCH_DIR, MiB, add_out, names
 from ..procs import MissingBinary, find_binary
 from . import matrix_report
-from .matrix_report import RAW, SETTINGS
+from .matrix_report import RAW, RAW_SIZED, SETTINGS
 
 STORES = ("seaweedfs", "moto", "rclone")
 PROXIES = ("shaper", "shaper-service", "pyshaper", "pyshaper-service")
@@ -166,6 +168,8 @@ def _cases(
     url = s3.presign(uri, endpoint=via, expires=12 * 3600)
     raw = {"loader": "ceiling", "source": row, "url": url, "size": size, "streams": 64}
     out.append(measure.Case(row, "ceiling", {**raw, "fresh": True}, expect["object"], label=RAW))
+    sized = {**raw, "fresh": True, "size_lookup": True}
+    out.append(measure.Case(row, "ceiling", sized, expect["object"], label=RAW_SIZED))
     for case in out:
         case.server_pid = pid
     return out
