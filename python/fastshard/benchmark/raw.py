@@ -84,8 +84,10 @@ def object_size(url: str) -> int:
         conn.request("GET", target, headers={"Range": "bytes=0-0"})
         resp = conn.getresponse()
         resp.read()
-        total = (resp.getheader("Content-Range") or "").rpartition("/")[2]
-        if resp.status != 206 or not total.isdigit():
+        got, _, total = (resp.getheader("Content-Range") or "").rpartition("/")
+        # rclone answers a ranged GET 200 with the Content-Range asked for.
+        exact = resp.status == 200 and got == "bytes 0-0"
+        if (resp.status != 206 and not exact) or not total.isdigit():
             raise RuntimeError(f"size lookup: HTTP {resp.status}, Content-Range {total!r}")
         return int(total)
     finally:
