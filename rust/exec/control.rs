@@ -37,8 +37,9 @@ pub struct Control {
 }
 
 impl Control {
-    /// `wanted`: the bytes the load's parts carry (their segments).
-    pub fn new(opts: &ExecOptions, wanted: u64, now: Instant) -> Control {
+    /// `first_round`: the bytes (segments) of the parts the load sends
+    /// first, one per request it starts with.
+    pub fn new(opts: &ExecOptions, first_round: u64, now: Instant) -> Control {
         let start = opts.concurrency.max(1);
         let growth = Growth::new(start, opts.max_concurrency.unwrap_or(start), now)
             .with_target(opts.throughput_target);
@@ -56,9 +57,11 @@ impl Control {
                 part: near.part,
                 wave: near.wave,
             };
-            // The first round: every request the start sent at once.
-            let window = (near.part.saturating_mul(start as u64)).min(wanted);
-            judge.started(change, near.floor, window);
+            // Judged as its first round ends, where growth takes its first
+            // step: a window that ran past it would hold that step back
+            // (a pending decision stops growth) and leave a later round
+            // measured against a first one of the same width.
+            judge.started(change, near.floor, first_round);
         }
         Control {
             growth: Mutex::new(growth),

@@ -115,8 +115,13 @@ impl<S: PartSource + ?Sized> Run<S> {
         cancel: &CancelToken,
         parts: Vec<Part>,
     ) -> Run<S> {
-        let wanted = parts.iter().flat_map(|p| &p.segments).map(|s| s.len).sum();
-        let control = Control::new(&opts, wanted, Instant::now());
+        // The bytes the first requests carry (a part each): a start judged
+        // on them is judged on what it alone shaped.
+        let first_round = (parts.iter().take(opts.concurrency.max(1)))
+            .flat_map(|p| &p.segments)
+            .map(|s| s.len)
+            .sum();
+        let control = Control::new(&opts, first_round, Instant::now());
         Run {
             populate: source.populates_ahead() && populate_enabled(),
             source,

@@ -83,12 +83,14 @@ fn a_near_start_that_moved_less_than_promised_is_undone_to_the_wave() {
     // open's look at the store promised for one request, so the start of 2
     // goes to the wave of 16 after its first round.
     let ms = Duration::from_millis(1);
+    // `part` is the plan's largest part; a sliced plan's parts carry fewer
+    // wanted bytes than that (the gaps it bridges).
     let near = |floor: f64| NearStart {
         first_byte: 0.001,
         rate: 1e9,
         floor,
         wave: 16,
-        part: 1024,
+        part: 1100,
     };
     let src = Arc::new(MockSource {
         bytes: setup(vec![]).2,
@@ -111,8 +113,9 @@ fn a_near_start_that_moved_less_than_promised_is_undone_to_the_wave() {
         "{said}"
     );
     assert_eq!(src.max_in_flight.load(Ordering::SeqCst), 16, "{said}");
-    // Promised no more than it gave: kept, and the load grows from 2 as
-    // usual, judged step by step.
+    // Promised no more than it gave: kept as its first round ends, and the
+    // load grows from 2 as usual, judged step by step (judged any later,
+    // the first step would be held back and never taken).
     let src = Arc::new(MockSource {
         bytes: setup(vec![]).2,
         delay: 5 * ms,
