@@ -8,6 +8,15 @@ use crate::io::mock::MockSource;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+/// `setup`'s bytes from a store that answers every request after `delay`.
+fn answering_after(delay: Duration) -> Arc<MockSource> {
+    Arc::new(MockSource {
+        bytes: setup(vec![]).2,
+        delay,
+        ..Default::default()
+    })
+}
+
 #[test]
 fn more_requests_in_flight_that_slowed_the_store_are_taken_back() {
     // A store that answers two requests in 5 ms each and takes 40 ms more
@@ -35,11 +44,7 @@ fn more_requests_in_flight_that_slowed_the_store_are_taken_back() {
     let crowded = src.crowded_starts.load(Ordering::SeqCst);
     assert!(crowded < 16, "{crowded} crowded starts; {said}");
     // A store that does not slow down keeps the growth.
-    let src = Arc::new(MockSource {
-        bytes: setup(vec![]).2,
-        delay: 5 * ms,
-        ..Default::default()
-    });
+    let src = answering_after(5 * ms);
     let opts = ExecOptions {
         max_concurrency: Some(4),
         ..ExecOptions::new(2)
@@ -92,11 +97,7 @@ fn a_near_start_that_moved_less_than_promised_is_undone_to_the_wave() {
         wave: 16,
         part: 1100,
     };
-    let src = Arc::new(MockSource {
-        bytes: setup(vec![]).2,
-        delay: 5 * ms,
-        ..Default::default()
-    });
+    let src = answering_after(5 * ms);
     let opts = ExecOptions {
         max_concurrency: Some(16),
         near: Some(near(10e6)),
@@ -116,11 +117,7 @@ fn a_near_start_that_moved_less_than_promised_is_undone_to_the_wave() {
     // Promised no more than it gave: kept as its first round ends, and the
     // load grows from 2 as usual, judged step by step (judged any later,
     // the first step would be held back and never taken).
-    let src = Arc::new(MockSource {
-        bytes: setup(vec![]).2,
-        delay: 5 * ms,
-        ..Default::default()
-    });
+    let src = answering_after(5 * ms);
     let opts = ExecOptions {
         max_concurrency: Some(16),
         near: Some(near(1e3)),

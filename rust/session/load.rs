@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::check::{Checks, DataRegions, SharedRegions};
-use super::reads::{check_threads, staging_budget};
+use super::reads::{check_threads, load_stats, staging_budget};
 use super::regions::{destinations, zero_regions};
 use super::{LoadOptions, LoadStats, TensorFile};
 use crate::buffer::Destinations;
@@ -100,7 +100,7 @@ impl TensorFile {
             unsafe { zero_regions(dests) };
         }
         let bytes = (bytes_wanted, header_bytes);
-        Ok(self.load_stats(&fetched?, bytes, started))
+        Ok(load_stats(&fetched?, bytes, started))
     }
 
     /// Refuses what no load of this file can do, before anything is read;

@@ -148,26 +148,21 @@ impl TensorFile {
         let wave = self.source.default_concurrency();
         self.near(opts)?.near_start(part_size, wave)
     }
+}
 
-    /// A load's stats from its executor's.
-    pub(super) fn load_stats(
-        &self,
-        exec: &ExecStats,
-        bytes: (u64, u64),
-        started: Instant,
-    ) -> LoadStats {
-        let (bytes_wanted, header_bytes) = bytes;
-        LoadStats {
-            bytes_fetched: exec.bytes_fetched,
-            bytes_wanted,
-            requests: exec.requests,
-            retries: exec.retries,
-            seconds: started.elapsed().as_secs_f64(),
-            concurrency: exec.max_in_flight as usize,
-            peak_host_bytes: header_bytes + exec.peak_staging,
-            bytes_from_cache: exec.bytes_from_cache,
-            adaptations: exec.adaptations.clone(),
-        }
+/// A load's stats from its executor's; `bytes`: (wanted, record headers held).
+pub(super) fn load_stats(exec: &ExecStats, bytes: (u64, u64), started: Instant) -> LoadStats {
+    let (bytes_wanted, header_bytes) = bytes;
+    LoadStats {
+        bytes_fetched: exec.bytes_fetched,
+        bytes_wanted,
+        requests: exec.requests,
+        retries: exec.retries,
+        seconds: started.elapsed().as_secs_f64(),
+        concurrency: exec.max_in_flight as usize,
+        peak_host_bytes: header_bytes + exec.peak_staging,
+        bytes_from_cache: exec.bytes_from_cache,
+        adaptations: exec.adaptations.clone(),
     }
 }
 

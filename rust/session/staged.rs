@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::check::{Checks, DataRegions, Region, SharedRegions};
-use super::reads::{check_threads, staging_budget};
+use super::reads::{check_threads, load_stats, staging_budget};
 use super::staged_plan::StagePlan;
 use super::{LoadOptions, LoadStats, TensorFile};
 use crate::buffer::Destinations;
@@ -299,7 +299,7 @@ impl TensorFile {
         )?;
         let staged: u64 = plan.specs.iter().map(|s| s.staged_len()).sum();
         let bytes = (staged + header_bytes, header_bytes);
-        Ok(self.load_stats(&exec, bytes, started))
+        Ok(load_stats(&exec, bytes, started))
     }
 
     /// Where tensor `i`'s data starts in the load's address space.
