@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::cache::{CacheOptions, Entry, Pieces, BLOCK, WINDOW};
 use super::file::{file_concurrency, FILE_PLAN};
-use super::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource};
+use super::source::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::{Part, PlanOptions, Segment};

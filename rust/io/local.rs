@@ -11,27 +11,57 @@ use crate::error::{Error, Result};
 /// Writes the file at `path` through `write` into a partial file beside it,
 /// synced and renamed into place only when everything succeeded (removed
 /// otherwise), so readers see the old file or the new one, never a part.
-/// The partial file is named per process: two writers of one name never
-/// share one.
 pub fn write_atomic<T>(path: &str, write: impl FnOnce(&mut File) -> Result<T>) -> Result<T> {
-    let tmp = format!("{path}.fastshard-partial-{}", std::process::id());
-    let written = File::create(&tmp)
-        .map_err(|e| Error::from_io(e, "cannot create"))
-        .and_then(|mut file| {
-            let value = write(&mut file)?;
-            file.sync_data()
-                .map_err(|e| Error::from_io(e, "write failed"))?;
-            Ok(value)
-        });
-    let renamed = written.and_then(|value| {
-        std::fs::rename(&tmp, path)
-            .map(|()| value)
-            .map_err(|e| Error::from_io(e, "cannot rename into place"))
-    });
-    if renamed.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let mut partial = Partial::create(path)?;
+    let value = write(partial.file())?;
+    partial.commit()?;
+    Ok(value)
+}
+
+/// A file being written beside its name: renamed into place by `commit`,
+/// removed when dropped before. Its name is per process: two writers of
+/// one name never share one.
+pub struct Partial {
+    tmp: String,
+    path: String,
+    file: File,
+    committed: bool,
+}
+
+impl Partial {
+    pub fn create(path: &str) -> Result<Partial> {
+        let tmp = format!("{path}.fastshard-partial-{}", std::process::id());
+        let file = File::create(&tmp).map_err(|e| Error::from_io(e, "cannot create"))?;
+        Ok(Partial {
+            tmp,
+            path: path.to_string(),
+            file,
+            committed: false,
+        })
     }
-    renamed
+
+    pub fn file(&mut self) -> &mut File {
+        &mut self.file
+    }
+
+    /// Syncs the bytes written and renames the file into place.
+    pub fn commit(mut self) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(|e| Error::from_io(e, "write failed"))?;
+        std::fs::rename(&self.tmp, &self.path)
+            .map_err(|e| Error::from_io(e, "cannot rename into place"))?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for Partial {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 /// The whole file at `path`, `None` when it does not exist; a file larger

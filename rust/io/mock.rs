@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{BoxFuture, PartJob, PartSource, PartStats};
+use super::source::{BoxFuture, PartJob, PartSource, PartStats};
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::{Part, PlanOptions};
 

@@ -1,15 +1,14 @@
 //! Small whole objects that are not tensorizer files (the shard manifest
 //! beside per-rank files), read, written and deleted through the same
-//! sources, credentials and retries as tensor files. Python must not hold
+//! stores, credentials and retries as tensor files. Python must not hold
 //! an S3 client or build HTTP requests (docs/architecture.md, boundary rule 1); the
 //! blocking calls it uses are the `objects` facade's.
 
-use super::http::HttpSource;
-use super::retry::retrying;
-use super::{gcs, local, s3, SourceOptions};
+use super::options::SourceOptions;
+use super::registry::store;
 use crate::cancel::CancelToken;
-use crate::error::{Error, ErrorKind, Result};
-use crate::location::{Kind, Location};
+use crate::error::Result;
+use crate::location::Location;
 
 /// The operation's token, ending at the source options' deadline.
 fn budget(opts: &SourceOptions, cancel: &CancelToken) -> CancelToken {
@@ -26,22 +25,7 @@ pub async fn read(
     cancel: &CancelToken,
 ) -> Result<Option<Vec<u8>>> {
     let cancel = budget(opts, cancel);
-    if let Some(path) = loc.path() {
-        return local::read_capped(path, max_bytes).map_err(|e| e.with_uri(loc.display()));
-    }
-    if loc.kind() == Kind::S3 {
-        return s3::object::get(loc, max_bytes, &opts.s3, &opts.retry, &cancel).await;
-    }
-    if loc.kind() == Kind::Gcs {
-        return gcs::read_whole(loc, max_bytes, opts, &cancel).await;
-    }
-    let src = HttpSource::open(loc, opts.retry, opts.s3.ca_bundle.as_deref())?;
-    let got = retrying(&opts.retry, &cancel, || src.get_whole(max_bytes, &cancel)).await;
-    match got {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.with_uri(loc.display())),
-    }
+    store(loc, opts).get(loc, max_bytes, &cancel).await
 }
 
 /// Writes `data` as the whole object at `loc`. Readers see the old object
@@ -55,36 +39,11 @@ pub async fn write(
     cancel: &CancelToken,
 ) -> Result<()> {
     let cancel = budget(opts, cancel);
-    if let Some(path) = loc.path() {
-        return local::write_atomic(path, |f| {
-            std::io::Write::write_all(f, data).map_err(|e| Error::from_io(e, "write failed"))
-        })
-        .map_err(|e| e.with_uri(loc.display()));
-    }
-    match loc.kind() {
-        Kind::S3 => s3::object::put(loc, data, &opts.s3, &opts.retry, &cancel).await,
-        Kind::Gcs => gcs::write_whole(loc, data, opts, &cancel).await,
-        _ => Err(read_only(loc)),
-    }
+    store(loc, opts).put(loc, data, &cancel).await
 }
 
 /// Deletes the object at `loc`; one that does not exist is no error.
 pub async fn delete(loc: &Location, opts: &SourceOptions, cancel: &CancelToken) -> Result<()> {
     let cancel = budget(opts, cancel);
-    if let Some(path) = loc.path() {
-        return local::remove(path).map_err(|e| e.with_uri(loc.display()));
-    }
-    match loc.kind() {
-        Kind::S3 => s3::object::delete(loc, &opts.s3, &opts.retry, &cancel).await,
-        Kind::Gcs => gcs::delete(loc, opts, &cancel).await,
-        _ => Err(read_only(loc)),
-    }
-}
-
-fn read_only(loc: &Location) -> Error {
-    Error::new(
-        ErrorKind::Unsupported,
-        "fastshard writes and deletes objects on local paths, s3:// and gs:// only",
-    )
-    .with_uri(loc.display())
+    store(loc, opts).delete(loc, &cancel).await
 }

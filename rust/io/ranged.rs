@@ -12,7 +12,7 @@ use super::sink::{
     exact, network_part_size, PartSink, NETWORK_CONCURRENCY, NETWORK_MAX_CONCURRENCY,
     NETWORK_MAX_JOINED, NETWORK_PLAN,
 };
-use super::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource, Timing};
+use super::source::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource, Timing};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::PlanOptions;

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::OnFirstByte;
+use super::source::OnFirstByte;
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};

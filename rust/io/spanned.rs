@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::{BoxFuture, PartJob, PartSource, PartStats, RangeSource};
+use super::source::{BoxFuture, PartJob, PartSource, PartStats, RangeSource};
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::{Part, PlanOptions};
 

@@ -1,8 +1,17 @@
-//! Extra trusted CAs for S3 and HTTPS endpoints with private certificates.
+//! Extra trusted CAs for S3 and HTTPS endpoints with private certificates:
+//! the options every store that speaks HTTPS shares.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{sources, Error, Result};
+
+/// How HTTPS endpoints are trusted, shared by the stores that reach one
+/// (S3 and plain http(s) URLs; a new HTTPS store takes these too).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsOptions {
+    /// PEM file of extra trusted CAs (S3 also reads `AWS_CA_BUNDLE`).
+    pub ca_bundle: Option<PathBuf>,
+}
 
 /// Reads a PEM bundle and checks it holds at least one certificate, so a
 /// wrong path fails at once rather than as "untrusted certificate" later.

@@ -10,6 +10,7 @@ use super::errors::to_py;
 use crate::error::Error;
 use crate::io::gcs::GcsOptions;
 use crate::io::s3::{Addressing, S3Options};
+use crate::io::tls::TlsOptions;
 use crate::io::{RetryPolicy, SourceOptions};
 
 /// Names the native layer understands; anything else is a caller mistake.
@@ -66,8 +67,10 @@ pub fn parse(opts: Option<&Bound<'_, PyDict>>) -> PyResult<SourceOptions> {
         profile: get(opts, "s3_profile")?,
         s3cfg_path: get::<PathBuf>(opts, "s3_config_path")?,
         addressing,
-        ca_bundle: get::<PathBuf>(opts, "ca_bundle")?,
         anonymous: get::<bool>(opts, "s3_anonymous")?.unwrap_or(false),
+    };
+    out.tls = TlsOptions {
+        ca_bundle: get::<PathBuf>(opts, "ca_bundle")?,
     };
     out.gcs = GcsOptions {
         endpoint: get(opts, "gcs_endpoint")?,

@@ -10,7 +10,7 @@ use std::io::{BufWriter, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use emit::{emit, Hashing, Pieces};
-use upload::{check_writable, Upload, UploadWriter, UPLOAD_PART};
+use upload::{check_writable, UploadWriter, UPLOAD_PART};
 
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
@@ -103,7 +103,7 @@ pub fn write_file_with(
     opts: &SourceOptions,
     cancel: &CancelToken,
 ) -> Result<(u64, Option<[u8; 32]>)> {
-    check_writable(loc)?;
+    check_writable(loc, opts)?;
     let pieces = prepare(specs, data, how)?;
     let cancel = cancel.child_with_budget(opts.deadline);
     let failed = AtomicBool::new(false);
@@ -176,7 +176,7 @@ fn store(
     let uri = loc.display();
     let Some(path) = loc.path() else {
         let rt = runtime()?;
-        let upload = rt.block_on(Upload::start(loc, opts, cancel.clone()))?;
+        let upload = rt.block_on(upload::start(loc, opts, cancel.clone()))?;
         let mut w = Hashing::new(UploadWriter::new(rt, upload, UPLOAD_PART), hash);
         emit(&mut w, pieces, enc, cancel).map_err(|e| e.with_uri(uri))?;
         let digest = w.digest();

@@ -14,6 +14,7 @@
 mod client;
 #[cfg(feature = "gcs")]
 mod source;
+mod store;
 #[cfg(feature = "gcs")]
 mod upload;
 
@@ -21,6 +22,7 @@ use std::path::PathBuf;
 
 #[cfg(feature = "gcs")]
 pub use source::GcsSource;
+pub use store::store;
 #[cfg(feature = "gcs")]
 pub use upload::GcsUpload;
 
@@ -49,89 +51,6 @@ pub fn endpoint(opts: &GcsOptions, emulator: Option<&str>) -> (Option<String>, b
         Some(e) => (Some(format!("http://{}", e.trim_end_matches('/'))), true),
         None => (None, false),
     }
-}
-
-/// The whole object at `loc` if it exists and holds at most `max_bytes`
-/// (small objects beside tensor files: the shard manifest).
-#[cfg(feature = "gcs")]
-pub async fn read_whole(
-    loc: &crate::location::Location,
-    max_bytes: u64,
-    opts: &crate::io::SourceOptions,
-    cancel: &crate::cancel::CancelToken,
-) -> crate::error::Result<Option<Vec<u8>>> {
-    let src = GcsSource::open(loc, &opts.gcs, opts.retry)?;
-    let got = crate::io::retry::retrying(&opts.retry, cancel, || src.get_whole(max_bytes)).await;
-    match got {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == crate::error::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.with_uri(loc.display())),
-    }
-}
-
-/// Writes `data` as the whole object at `loc` (one upload: readers see the
-/// old object or the new one).
-#[cfg(feature = "gcs")]
-pub async fn write_whole(
-    loc: &crate::location::Location,
-    data: &[u8],
-    opts: &crate::io::SourceOptions,
-    cancel: &crate::cancel::CancelToken,
-) -> crate::error::Result<()> {
-    let upload = GcsUpload::start(loc, &opts.gcs, opts.retry, cancel.clone()).await?;
-    upload.finish(bytes::Bytes::copy_from_slice(data)).await
-}
-
-/// Deletes the object at `loc`; one that does not exist is no error.
-#[cfg(feature = "gcs")]
-pub async fn delete(
-    loc: &crate::location::Location,
-    opts: &crate::io::SourceOptions,
-    cancel: &crate::cancel::CancelToken,
-) -> crate::error::Result<()> {
-    let src = GcsSource::open(loc, &opts.gcs, opts.retry)?;
-    crate::io::retry::retrying(&opts.retry, cancel, || src.delete())
-        .await
-        .map_err(|e| e.with_uri(loc.display()))
-}
-
-#[cfg(not(feature = "gcs"))]
-pub async fn write_whole(
-    loc: &crate::location::Location,
-    _: &[u8],
-    _: &crate::io::SourceOptions,
-    _: &crate::cancel::CancelToken,
-) -> crate::error::Result<()> {
-    Err(unsupported(loc))
-}
-
-#[cfg(not(feature = "gcs"))]
-pub async fn delete(
-    loc: &crate::location::Location,
-    _: &crate::io::SourceOptions,
-    _: &crate::cancel::CancelToken,
-) -> crate::error::Result<()> {
-    Err(unsupported(loc))
-}
-
-#[cfg(not(feature = "gcs"))]
-pub async fn read_whole(
-    loc: &crate::location::Location,
-    _: u64,
-    _: &crate::io::SourceOptions,
-    _: &crate::cancel::CancelToken,
-) -> crate::error::Result<Option<Vec<u8>>> {
-    Err(unsupported(loc))
-}
-
-/// What a build without the "gcs" feature says for a gs:// URI.
-#[cfg(not(feature = "gcs"))]
-pub fn unsupported(loc: &crate::location::Location) -> crate::error::Error {
-    crate::error::Error::new(
-        crate::error::ErrorKind::Unsupported,
-        "this build of fastshard reads and writes no gs:// objects (built without the \"gcs\" cargo feature)",
-    )
-    .with_uri(loc.display())
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ use crate::io::capped::CappedBody;
 use crate::io::ranged::{ETag, Fetched, RangedObject, Remote};
 use crate::io::retry::RetryPolicy;
 use crate::io::sink::PartSink;
-use crate::io::Timing;
+use crate::io::source::Timing;
 use crate::location::Location;
 
 pub struct GcsSource {

@@ -28,8 +28,6 @@ pub struct S3Options {
     /// An s3cmd config file to read instead of `~/.s3cfg`.
     pub s3cfg_path: Option<PathBuf>,
     pub addressing: Addressing,
-    /// PEM file of extra trusted CAs (also `AWS_CA_BUNDLE`).
-    pub ca_bundle: Option<PathBuf>,
     /// Skip credentials entirely (public buckets).
     pub anonymous: bool,
 }
@@ -105,7 +103,19 @@ pub struct Resolved {
     pub region: Option<String>,
     pub profile: Option<String>,
     pub force_path_style: bool,
+    /// PEM file of extra trusted CAs: the `ca_bundle` option, else
+    /// `AWS_CA_BUNDLE`.
     pub ca_bundle: Option<PathBuf>,
+}
+
+impl Resolved {
+    /// With the caller's CA bundle, which beats the environment's.
+    pub fn trusting(mut self, tls: &crate::io::tls::TlsOptions) -> Resolved {
+        if let Some(ca) = &tls.ca_bundle {
+            self.ca_bundle = Some(ca.clone());
+        }
+        self
+    }
 }
 
 /// A snapshot of what resolution may read: variables and the home folder.
@@ -202,10 +212,9 @@ pub fn resolve(opts: &S3Options, env: &EnvSnapshot) -> Result<Resolved> {
             .clone()
             .or_else(|| env.get("AWS_PROFILE").map(String::from)),
         force_path_style,
-        ca_bundle: opts
-            .ca_bundle
-            .clone()
-            .or_else(|| env.get("AWS_CA_BUNDLE").map(PathBuf::from)),
+        // An explicit bundle (the shared TLS options) is laid over this
+        // one by `Resolved::trusting`.
+        ca_bundle: env.get("AWS_CA_BUNDLE").map(PathBuf::from),
     })
 }
 

@@ -8,12 +8,14 @@ mod client;
 pub mod config;
 mod direct;
 mod errors;
-pub mod object;
+mod object;
+mod store;
 mod upload;
 
 pub use cache::Store;
 pub use client::S3Client;
-pub use upload::{Upload, MIN_PART};
+pub use store::S3Store;
+pub use upload::{S3Upload, MIN_PART};
 
 use std::time::Instant;
 
@@ -24,9 +26,8 @@ pub use config::{Addressing, CredentialSource, EnvSnapshot, S3Options};
 use self::direct::{S3Direct, Sent};
 use super::content_range;
 use super::ranged::{ETag, Fetched, RangedObject, Remote};
-use super::retry::RetryPolicy;
 use super::sink::PartSink;
-use super::Timing;
+use super::source::Timing;
 use crate::error::{Error, ErrorKind, Result};
 use crate::location::Location;
 
@@ -59,11 +60,12 @@ impl Target {
 /// The object at `loc` and its store, with credentials, endpoint and
 /// region resolved the one way every S3 request here resolves them. The
 /// store's client is made (or found) now, so a bad configuration fails here.
-pub async fn target(loc: &Location, opts: &S3Options) -> Result<Target> {
+pub async fn target(loc: &Location, store: &S3Store) -> Result<Target> {
     let (bucket, key) = loc.s3_object()?;
     let uri = loc.display();
     let env = EnvSnapshot::capture();
-    let resolved = config::resolve(opts, &env).map_err(|e| e.with_uri(uri))?;
+    let resolved = config::resolve(&store.opts, &env).map_err(|e| e.with_uri(uri))?;
+    let resolved = resolved.trusting(&store.tls);
     let target = Target {
         store: Store::new(resolved, &env),
         bucket: bucket.to_string(),
@@ -75,12 +77,12 @@ pub async fn target(loc: &Location, opts: &S3Options) -> Result<Target> {
 }
 
 impl S3Source {
-    pub async fn open(loc: &Location, opts: &S3Options, policy: RetryPolicy) -> Result<S3Source> {
-        let target = target(loc, opts).await?;
+    pub async fn open(loc: &Location, store: &S3Store) -> Result<S3Source> {
+        let target = target(loc, store).await?;
         Ok(S3Source {
             direct: S3Direct::for_target(&target).await,
             target,
-            remote: Remote::new(loc.display().to_string(), policy),
+            remote: Remote::new(loc.display().to_string(), store.retry),
         })
     }
 

@@ -4,31 +4,25 @@
 use aws_sdk_s3::primitives::ByteStream;
 
 use super::errors;
-use super::S3Options;
-use super::{S3Client, Target};
+use super::{S3Client, S3Store, Target};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::capped::CappedBody;
-use crate::io::retry::retrying;
-use crate::io::retry::RetryPolicy;
+use crate::io::retry::{retrying, RetryPolicy};
+use crate::io::store::found;
 use crate::location::Location;
 
 /// The object at `loc` if it exists and holds at most `max_bytes`.
 pub async fn get(
+    store: &S3Store,
     loc: &Location,
     max_bytes: u64,
-    opts: &S3Options,
-    policy: &RetryPolicy,
     cancel: &CancelToken,
 ) -> Result<Option<Vec<u8>>> {
-    let t = super::target(loc, opts).await?;
+    let t = super::target(loc, store).await?;
     let c = t.client().await?;
-    let got = retrying(policy, cancel, || get_once(&c, &t, max_bytes, cancel)).await;
-    match got {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e.with_uri(loc.display())),
-    }
+    let got = retrying(&store.retry, cancel, || get_once(&c, &t, max_bytes, cancel)).await;
+    found(got, loc)
 }
 
 async fn get_once(
@@ -54,17 +48,11 @@ async fn get_once(
 }
 
 /// One PutObject: the object appears whole or not at all.
-pub async fn put(
-    loc: &Location,
-    data: &[u8],
-    opts: &S3Options,
-    policy: &RetryPolicy,
-    cancel: &CancelToken,
-) -> Result<()> {
-    let t = super::target(loc, opts).await?;
+pub async fn put(store: &S3Store, loc: &Location, data: &[u8], cancel: &CancelToken) -> Result<()> {
+    let t = super::target(loc, store).await?;
     let c = t.client().await?;
     let body = bytes::Bytes::copy_from_slice(data);
-    put_body(&c, &t.bucket, &t.key, body, policy, cancel)
+    put_body(&c, &t.bucket, &t.key, body, &store.retry, cancel)
         .await
         .map_err(|e| e.with_uri(loc.display()))
 }
@@ -93,15 +81,10 @@ pub async fn put_body(
 }
 
 /// DeleteObject; an object that is already gone is not an error.
-pub async fn delete(
-    loc: &Location,
-    opts: &S3Options,
-    policy: &RetryPolicy,
-    cancel: &CancelToken,
-) -> Result<()> {
-    let t = super::target(loc, opts).await?;
+pub async fn delete(store: &S3Store, loc: &Location, cancel: &CancelToken) -> Result<()> {
+    let t = super::target(loc, store).await?;
     let c = t.client().await?;
-    let done = retrying(policy, cancel, || {
+    let done = retrying(&store.retry, cancel, || {
         let req = c.client.delete_object().bucket(&t.bucket).key(&t.key);
         errors::sent(req.send(), &c)
     })

@@ -13,7 +13,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::object::put_body;
-use super::{errors, target, S3Client, S3Options};
+use super::{errors, target, S3Client, S3Store};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::retry::retrying;
@@ -28,7 +28,7 @@ pub const MIN_PART: usize = 5 * 1024 * 1024;
 
 type PartDone = (i32, Option<String>);
 
-pub struct Upload {
+pub struct S3Upload {
     client: S3Client,
     bucket: String,
     key: String,
@@ -42,17 +42,14 @@ pub struct Upload {
     done: Vec<PartDone>,
 }
 
-impl Upload {
+impl S3Upload {
     /// An upload to `loc`; nothing is sent until the first part or `finish`.
-    /// Every request retries with `policy` and stops when `cancel` does.
-    pub async fn start(
-        loc: &Location,
-        opts: &S3Options,
-        policy: RetryPolicy,
-        cancel: CancelToken,
-    ) -> Result<Upload> {
-        let t = target(loc, opts).await?;
-        Ok(Upload {
+    /// Every request retries with the store's policy and stops when
+    /// `cancel` does.
+    pub async fn start(loc: &Location, store: &S3Store, cancel: CancelToken) -> Result<S3Upload> {
+        let t = target(loc, store).await?;
+        let policy = store.retry;
+        Ok(S3Upload {
             client: t.client().await?,
             bucket: t.bucket,
             key: t.key,

@@ -2,6 +2,8 @@
 //! through reqwest. Query strings are never shown in errors, since a
 //! presigned URL's signature is a credential.
 
+mod store;
+
 use std::time::Instant;
 
 use reqwest::header::{
@@ -16,10 +18,12 @@ use super::http_client::ClientSpec;
 use super::ranged::{Fetched, RangedObject, Remote, Version};
 use super::retry::RetryPolicy;
 use super::sink::PartSink;
-use super::Timing;
+use super::source::Timing;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::location::Location;
+
+pub use store::HttpStore;
 
 /// A conditional header and its value, sent with every request after
 /// discovery; `None` when the server gave neither an ETag nor a date.

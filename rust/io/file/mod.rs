@@ -3,17 +3,21 @@
 //! One syscall covers a record header and its data (and any small gap), so
 //! thousands of small tensors cost few syscalls and no staging copy.
 
+mod store;
+
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use super::pread::{iovec, preadv_full};
-use super::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource};
+use super::source::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::location::Location;
 use crate::plan::{Part, PlanOptions};
+
+pub use store::FileStore;
 
 /// How local files (and a remote object's cache entry, read like one)
 /// coalesce and split, and how many reads they keep in flight.
