@@ -1,7 +1,14 @@
 """The Rust half of check_layers.py: no two top-level modules (``rust/<name>.rs``
 or ``rust/<name>/``, lib.rs excepted) that refer to each other, through
 ``crate::<other>`` paths anywhere in the code (``use`` or inline) or
-``super::`` paths that climb out of the module."""
+``super::`` paths that climb out of the module.
+
+And the store registry is the one place that picks a backend: a variant of
+the location's ``Kind`` (a ``match`` arm, an ``== Kind::X`` comparison, a
+``matches!``) anywhere but in the registry (``rust/io/registry.rs``) and the
+module that defines and parses kinds (``rust/location.rs``) fails, as does a
+wildcard arm (``_ =>``) in a match over kinds, which would read a new kind
+as an old one."""
 
 from __future__ import annotations
 
@@ -154,4 +161,94 @@ def check_rust(rust: Path, root: Path) -> list[str]:
                 + "\n".join(where)
                 + (f"\n  … {more} more" if more > 0 else "")
             )
+    return problems + check_kind_matches(rust, root)
+
+
+# -- The store registry: the only match on the location's kind ----------------
+
+# Files that may name a location kind's variants (the module that defines
+# the enum and parses URIs into it, the registry that maps a kind to its
+# store), with the test files they include.
+KIND_ALLOWED = ("location.rs", "location_tests.rs", "io/registry.rs", "io/registry_tests.rs")
+_KIND_ENUM = re.compile(r"\benum\s+Kind\s*\{([^}]*)\}")
+_WILDCARD_ARM = re.compile(r"(?<![\w.])_\s*(?:if\b[^=]*)?=>")
+
+
+def kind_variants(rust: Path) -> list[str]:
+    """The variants of ``location::Kind`` as rust/location.rs declares them."""
+    location = rust / "location.rs"
+    if not location.is_file():
+        return []
+    m = _KIND_ENUM.search(_strip(location.read_text()))
+    if m is None:
+        return []
+    body = re.sub(r"#\[[^\]]*\]", " ", m.group(1))
+    return re.findall(r"\b([A-Z]\w*)\b", body)
+
+
+def _kind_path(variants: list[str]) -> re.Pattern[str]:
+    names = "|".join(map(re.escape, variants))
+    # `Kind::S3`, and the forms that bring variants in unnamed: `Kind::*`,
+    # `Kind::{...}`.
+    return re.compile(rf"\bKind\s*::\s*(?:(?:{names})\b|\*|\{{)")
+
+
+def _match_blocks(text: str) -> Iterator[tuple[int, int]]:
+    """(start of its ``{``, end) of every ``match`` block's body."""
+    for m in re.finditer(r"\bmatch\b", text):
+        brace = text.find("{", m.end())
+        if brace < 0:
+            continue
+        depth = 0
+        for i in range(brace, len(text)):
+            if text[i] == "{":
+                depth += 1
+            elif text[i] == "}":
+                depth -= 1
+                if depth == 0:
+                    yield brace, i
+                    break
+
+
+def _top_level(text: str, start: int, end: int) -> str:
+    """The block's text at its own depth, nested blocks blanked."""
+    out, depth = [], 0
+    for c in text[start + 1 : end]:
+        if c == "{":
+            depth += 1
+        out.append(c if depth == 0 else (c if c == "\n" else " "))
+        if c == "}":
+            depth -= 1
+    return "".join(out)
+
+
+def check_kind_matches(rust: Path, root: Path) -> list[str]:
+    variants = kind_variants(rust)
+    if not variants:
+        return []
+    pattern = _kind_path(variants)
+    problems = []
+    for path in sorted(rust.rglob("*.rs")):
+        rel = path.relative_to(rust).as_posix()
+        text = _strip(path.read_text())
+        where = shown(path, root)
+        if rel not in KIND_ALLOWED:
+            lines = sorted({text.count("\n", 0, m.start()) + 1 for m in pattern.finditer(text)})
+            for line in lines:
+                problems.append(
+                    f"{where}:{line}: the location's kind is matched outside the store "
+                    "registry (rust/io/registry.rs): pick the backend through "
+                    "io::registry::store, so a new kind has one place to go"
+                )
+            continue
+        for start, end in _match_blocks(text):
+            arms = _top_level(text, start, end)
+            if not pattern.search(arms):
+                continue
+            for m in _WILDCARD_ARM.finditer(arms):
+                line = text.count("\n", 0, start + 1 + m.start()) + 1
+                problems.append(
+                    f"{where}:{line}: a wildcard arm in a match on the location's kind: "
+                    "name every kind, so a new one does not compile until it has a store"
+                )
     return problems

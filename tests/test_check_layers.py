@@ -149,3 +149,90 @@ def test_rust_one_way_references_pass(tmp_path: Path) -> None:
     out = check(tree(tmp_path, files))
     assert out.returncode == 0, out
     assert "rust" not in out.stderr
+
+
+RUST_KINDS = {
+    "rust/lib.rs": "pub mod io;\npub mod location;\npub mod save;\n",
+    "rust/location.rs": """\
+        pub enum Kind {
+            /// A local path.
+            File,
+            S3,
+            #[allow(dead_code)]
+            Gcs,
+        }
+        impl Kind {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    Kind::File => "file",
+                    Kind::S3 => "s3",
+                    Kind::Gcs => "gs",
+                }
+            }
+        }
+    """,
+    "rust/io/mod.rs": "pub mod registry;\n",
+    "rust/io/registry.rs": """\
+        use crate::location::{Kind, Location};
+        pub fn store(loc: &Location) -> Box<dyn Store> {
+            match loc.kind() {
+                Kind::File => Box::new(FileStore),
+                Kind::S3 | Kind::Gcs => Box::new(ObjectStore { kind: loc.kind() }),
+            }
+        }
+    """,
+    "rust/save/mod.rs": """\
+        // Kind::S3 in a comment does not count, nor "Kind::Gcs" in a string.
+        const S: &str = "Kind::Gcs";
+        pub fn save(loc: &crate::location::Location) {
+            crate::io::registry::store(loc).check_writable(loc);
+        }
+    """,
+}
+
+
+def test_a_match_on_the_location_kind_outside_the_registry_fails(tmp_path: Path) -> None:
+    files = dict(RUST_KINDS)
+    files["rust/save/upload.rs"] = """\
+        use crate::location::Kind;
+        pub fn start(loc: &Location) {
+            if loc.kind() == Kind::S3 {
+                s3();
+            }
+            match loc.kind() {
+                Kind::Gcs => gcs(),
+                _ => http(),
+            }
+        }
+    """
+    out = check(tree(tmp_path, files))
+    assert out.returncode == 1, out
+    assert (
+        "rust/save/upload.rs:3: the location's kind is matched outside the store registry"
+        in out.stderr
+    )
+    assert "rust/save/upload.rs:7:" in out.stderr
+    assert "rust/save/mod.rs" not in out.stderr
+    assert "rust/io/registry.rs" not in out.stderr.replace("(rust/io/registry.rs)", "")
+
+
+def test_a_wildcard_arm_in_the_registry_fails(tmp_path: Path) -> None:
+    files = dict(RUST_KINDS)
+    files["rust/io/registry.rs"] = """\
+        use crate::location::{Kind, Location};
+        pub fn store(loc: &Location) -> Box<dyn Store> {
+            match loc.kind() {
+                Kind::File => Box::new(FileStore),
+                _ => Box::new(HttpStore),
+            }
+        }
+    """
+    out = check(tree(tmp_path, files))
+    assert out.returncode == 1, out
+    assert "rust/io/registry.rs:5: a wildcard arm in a match on the location's kind" in out.stderr
+
+
+def test_matches_on_the_kind_inside_the_registry_pass(tmp_path: Path) -> None:
+    out = check(tree(tmp_path, RUST_KINDS))
+    assert out.returncode == 0, out
+    assert "rust" not in out.stderr
