@@ -8,7 +8,7 @@
 use super::dtype::Dtype;
 use super::header::{FileHeader, PREAMBLE_LEN};
 use super::names::TensorName;
-use super::safetensors;
+use super::safetensors::header::Header as SafetensorsHeader;
 use super::TensorType;
 use std::ops::Range;
 
@@ -107,7 +107,7 @@ pub(crate) fn min_record_header_len(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Layout {
     Tensorizer(FileHeader),
-    Safetensors(safetensors::Header),
+    Safetensors(SafetensorsHeader),
 }
 
 #[derive(Debug, Clone)]
@@ -117,7 +117,7 @@ pub struct Index {
 }
 
 impl Index {
-    pub(crate) fn safetensors(header: safetensors::Header, entries: Vec<TensorEntry>) -> Index {
+    pub(crate) fn safetensors(header: SafetensorsHeader, entries: Vec<TensorEntry>) -> Index {
         Index {
             layout: Layout::Safetensors(header),
             entries,

@@ -16,6 +16,7 @@
 //! bytes), and the data section ends where the file ends.
 
 mod dtype;
+pub mod header;
 #[cfg(test)]
 mod tests;
 
@@ -26,28 +27,12 @@ use super::names::TensorName;
 use super::TensorType;
 use crate::error::{Error, Result};
 use dtype::StDtype;
+pub use header::{Header, LEN_BYTES};
 
-/// Bytes of the header length field.
-pub const LEN_BYTES: u64 = 8;
 /// The largest header the reference library accepts.
 pub const MAX_HEADER: u64 = 100_000_000;
 
 const METADATA_KEY: &str = "__metadata__";
-
-/// What a safetensors header holds besides its tensors.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Header {
-    /// n: the JSON's length, so the data section starts at `8 + n`.
-    pub header_len: u64,
-    /// `__metadata__`, sorted by key (empty when absent or null).
-    pub metadata: Vec<(String, String)>,
-}
-
-impl Header {
-    pub fn data_start(&self) -> u64 {
-        LEN_BYTES + self.header_len
-    }
-}
 
 fn header_len(buf: &[u8]) -> Option<u64> {
     let bytes: [u8; 8] = buf.get(..8)?.try_into().ok()?;
