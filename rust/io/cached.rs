@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::cache::{CacheOptions, Entry, Pieces, BLOCK, WINDOW};
 use super::file::{file_concurrency, FILE_PLAN};
-use super::source::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource};
+use super::source::{Discovery, Fut, PartJob, PartSource, PartStats, RangeSource};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::{Part, PlanOptions, Segment};
@@ -138,12 +138,7 @@ impl CachedSource {
         entry: Arc<Entry>,
         job: PartJob,
     ) -> Result<PartStats> {
-        let PartJob {
-            part,
-            dest,
-            cancel,
-            on_first_byte,
-        } = job;
+        let (part, dest, cancel, on_first_byte) = job.into_parts();
         cancel.check()?;
         let (e, d, segments) = (Arc::clone(&entry), Arc::clone(&dest), part.segments.clone());
         // SAFETY: this part is ours until read_part returns, which awaits
@@ -197,7 +192,7 @@ impl PartSource for CachedSource {
         self.inner.uri()
     }
 
-    fn read_part(self: Arc<Self>, job: PartJob) -> BoxFuture<'static, Result<PartStats>> {
+    fn read_part(self: Arc<Self>, job: PartJob) -> Fut<'static, PartStats> {
         match self.entry() {
             Some(entry) => Box::pin(self.read_part_cached(entry, job)),
             None => Arc::clone(&self.inner).read_part(job),
@@ -251,11 +246,7 @@ impl PartSource for CachedSource {
 }
 
 impl RangeSource for CachedSource {
-    fn discover<'a>(
-        &'a self,
-        len: u64,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Discovery>> {
+    fn discover<'a>(&'a self, len: u64, cancel: &'a CancelToken) -> Fut<'a, Discovery> {
         Box::pin(async move {
             if self.entry.get().is_some() {
                 return self.inner.discover(len, cancel).await;
@@ -289,21 +280,16 @@ impl RangeSource for CachedSource {
         })
     }
 
-    fn read_range<'a>(
-        &'a self,
-        offset: u64,
-        len: u64,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Vec<u8>>> {
+    fn read_range<'a>(&'a self, start: u64, len: u64, cancel: &'a CancelToken) -> Fut<'a, Vec<u8>> {
         Box::pin(async move {
             let Some(entry) = self.entry() else {
-                return self.inner.read_range(offset, len, cancel).await;
+                return self.inner.read_range(start, len, cancel).await;
             };
-            if let Some(buf) = self.cached(offset, len) {
+            if let Some(buf) = self.cached(start, len) {
                 return Ok(buf);
             }
-            let mut buf = self.inner.read_range(offset, len, cancel).await?;
-            let _ = store(&entry, vec![(offset, &mut buf[..])]);
+            let mut buf = self.inner.read_range(start, len, cancel).await?;
+            let _ = store(&entry, vec![(start, &mut buf[..])]);
             Ok(buf)
         })
     }

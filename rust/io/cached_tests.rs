@@ -21,7 +21,7 @@ impl PartSource for Versioned {
     fn uri(&self) -> &str {
         self.file.uri()
     }
-    fn read_part(self: Arc<Self>, job: PartJob) -> BoxFuture<'static, Result<PartStats>> {
+    fn read_part(self: Arc<Self>, job: PartJob) -> Fut<'static, PartStats> {
         Arc::clone(&self.file).read_part(job)
     }
     fn plan_options(&self) -> PlanOptions {
@@ -33,11 +33,11 @@ impl PartSource for Versioned {
 }
 
 impl RangeSource for Versioned {
-    fn discover<'a>(&'a self, len: u64, c: &'a CancelToken) -> BoxFuture<'a, Result<Discovery>> {
+    fn discover<'a>(&'a self, len: u64, c: &'a CancelToken) -> Fut<'a, Discovery> {
         self.discovers.fetch_add(1, Ordering::Relaxed);
         self.file.discover(len, c)
     }
-    fn pin<'a>(&'a self, _: &'a CancelToken) -> BoxFuture<'a, Result<Option<u64>>> {
+    fn pin<'a>(&'a self, _: &'a CancelToken) -> Fut<'a, Option<u64>> {
         self.pins.fetch_add(1, Ordering::Relaxed);
         let size = self
             .file
@@ -46,12 +46,7 @@ impl RangeSource for Versioned {
             .map(|m| m.len());
         Box::pin(async move { Ok(size) })
     }
-    fn read_range<'a>(
-        &'a self,
-        offset: u64,
-        len: u64,
-        c: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Vec<u8>>> {
+    fn read_range<'a>(&'a self, offset: u64, len: u64, c: &'a CancelToken) -> Fut<'a, Vec<u8>> {
         self.file.read_range(offset, len, c)
     }
     fn version(&self) -> Option<String> {

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::source::{BoxFuture, PartJob, PartSource, PartStats};
+use super::source::{Fut, PartJob, PartSource, PartStats};
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::{Part, PlanOptions};
 
@@ -74,13 +74,8 @@ impl PartSource for MockSource {
         "mock://object"
     }
 
-    fn read_part(self: Arc<Self>, job: PartJob) -> BoxFuture<'static, Result<PartStats>> {
-        let PartJob {
-            part,
-            dest,
-            cancel,
-            on_first_byte,
-        } = job;
+    fn read_part(self: Arc<Self>, job: PartJob) -> Fut<'static, PartStats> {
+        let (part, dest, cancel, on_first_byte) = job.into_parts();
         Box::pin(async move {
             let started = std::time::Instant::now();
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;

@@ -40,6 +40,6 @@ pub use registry::open_source;
 pub use retry::RetryPolicy;
 pub use s3::{S3Options, S3Source};
 pub use source::{
-    BoxFuture, Discovery, OnFirstByte, PartJob, PartSource, PartStats, RangeSource, Timing,
+    BoxFuture, Discovery, Fut, OnFirstByte, PartJob, PartSource, PartStats, RangeSource, Timing,
 };
 pub use spanned::Spanned;

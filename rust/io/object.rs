@@ -25,7 +25,7 @@ pub async fn read(
     cancel: &CancelToken,
 ) -> Result<Option<Vec<u8>>> {
     let cancel = budget(opts, cancel);
-    store(loc, opts).get(loc, max_bytes, &cancel).await
+    store(loc, opts).get(max_bytes, &cancel).await
 }
 
 /// Writes `data` as the whole object at `loc`. Readers see the old object
@@ -39,11 +39,11 @@ pub async fn write(
     cancel: &CancelToken,
 ) -> Result<()> {
     let cancel = budget(opts, cancel);
-    store(loc, opts).put(loc, data, &cancel).await
+    store(loc, opts).put(data, &cancel).await
 }
 
 /// Deletes the object at `loc`; one that does not exist is no error.
 pub async fn delete(loc: &Location, opts: &SourceOptions, cancel: &CancelToken) -> Result<()> {
     let cancel = budget(opts, cancel);
-    store(loc, opts).delete(loc, &cancel).await
+    store(loc, opts).delete(&cancel).await
 }

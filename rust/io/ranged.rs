@@ -12,7 +12,7 @@ use super::sink::{
     exact, network_part_size, PartSink, NETWORK_CONCURRENCY, NETWORK_MAX_CONCURRENCY,
     NETWORK_MAX_JOINED, NETWORK_PLAN,
 };
-use super::source::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource, Timing};
+use super::source::{Discovery, Fut, PartJob, PartSource, PartStats, RangeSource, Timing};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::PlanOptions;
@@ -131,15 +131,10 @@ pub trait RangedObject: Send + Sync + 'static {
 }
 
 /// Fetches one part, retrying transient failures from where they stopped.
-async fn read_part_retrying<S: RangedObject>(src: &S, job: &PartJob) -> Result<PartStats> {
-    let PartJob {
-        part,
-        dest,
-        cancel,
-        on_first_byte,
-    } = job;
+async fn read_part_retrying<S: RangedObject>(src: &S, job: PartJob) -> Result<PartStats> {
+    let (part, dest, cancel, on_first_byte) = job.into_parts();
     let policy = &src.remote().policy;
-    let mut sink = PartSink::new(part, dest, cancel).notifying(on_first_byte.clone());
+    let mut sink = PartSink::new(&part, &dest, &cancel).notifying(on_first_byte);
     let mut stats = PartStats::default();
     let mut attempt = 0u32;
     let started = std::time::Instant::now();
@@ -148,7 +143,7 @@ async fn read_part_retrying<S: RangedObject>(src: &S, job: &PartJob) -> Result<P
         attempt += 1;
         stats.requests += 1;
         let start = sink.position();
-        let outcome = bounded(src.stream(start, part.end, &mut sink), cancel).await;
+        let outcome = bounded(src.stream(start, part.end, &mut sink), &cancel).await;
         stats.bytes_fetched += sink.position() - start;
         stats.first_byte = sink.first_byte();
         let err = match outcome {
@@ -160,9 +155,9 @@ async fn read_part_retrying<S: RangedObject>(src: &S, job: &PartJob) -> Result<P
             Err(e) => e,
         };
         let err = err.with_range(part.start..part.end);
-        let delay = policy.next_delay(attempt, err, cancel, started)?;
+        let delay = policy.next_delay(attempt, err, &cancel, started)?;
         stats.retries += 1;
-        policy.wait(delay, cancel).await?;
+        policy.wait(delay, &cancel).await?;
     }
 }
 
@@ -171,8 +166,8 @@ impl<T: RangedObject> PartSource for T {
         &self.remote().shown
     }
 
-    fn read_part(self: Arc<Self>, job: PartJob) -> BoxFuture<'static, Result<PartStats>> {
-        Box::pin(async move { read_part_retrying(self.as_ref(), &job).await })
+    fn read_part(self: Arc<Self>, job: PartJob) -> Fut<'static, PartStats> {
+        Box::pin(async move { read_part_retrying(self.as_ref(), job).await })
     }
 
     fn plan_options(&self) -> PlanOptions {
@@ -222,11 +217,7 @@ async fn first_read<T: RangedObject>(obj: &T, len: u64) -> Result<Fetched<T::Ver
 }
 
 impl<T: RangedObject> RangeSource for T {
-    fn discover<'a>(
-        &'a self,
-        len: u64,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Discovery>> {
+    fn discover<'a>(&'a self, len: u64, cancel: &'a CancelToken) -> Fut<'a, Discovery> {
         Box::pin(async move {
             let len = len.max(1);
             let policy = &self.remote().policy;
@@ -248,11 +239,11 @@ impl<T: RangedObject> RangeSource for T {
         })
     }
 
-    fn probe(&self) -> Option<BoxFuture<'_, Result<()>>> {
+    fn probe(&self) -> Option<Fut<'_, ()>> {
         Some(Box::pin(async move { self.get_once(0, 1).await.map(drop) }))
     }
 
-    fn pin<'a>(&'a self, cancel: &'a CancelToken) -> BoxFuture<'a, Result<Option<u64>>> {
+    fn pin<'a>(&'a self, cancel: &'a CancelToken) -> Fut<'a, Option<u64>> {
         Box::pin(async move {
             let policy = &self.remote().policy;
             let Some(got) = retrying(policy, cancel, || self.head_once()).await? else {
@@ -267,18 +258,13 @@ impl<T: RangedObject> RangeSource for T {
         })
     }
 
-    fn read_range<'a>(
-        &'a self,
-        offset: u64,
-        len: u64,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Vec<u8>>> {
+    fn read_range<'a>(&'a self, start: u64, len: u64, cancel: &'a CancelToken) -> Fut<'a, Vec<u8>> {
         Box::pin(async move {
             let policy = &self.remote().policy;
-            let got = retrying(policy, cancel, || self.get_once(offset, len)).await?;
+            let got = retrying(policy, cancel, || self.get_once(start, len)).await?;
             self.remote()
-                .check_version(&got.version, offset..offset + len)?;
-            exact(got.bytes, offset, len)
+                .check_version(&got.version, start..start + len)?;
+            exact(got.bytes, start, len)
         })
     }
 

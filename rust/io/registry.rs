@@ -19,13 +19,13 @@ use super::{file, gcs, http, s3};
 use crate::error::Result;
 use crate::location::{Kind, Location};
 
-/// The store that holds `loc`'s objects.
+/// The store that holds `loc`'s object.
 pub fn store(loc: &Location, opts: &SourceOptions) -> Box<dyn Store> {
     match loc.kind() {
-        Kind::File => Box::new(file::FileStore),
-        Kind::S3 => Box::new(s3::S3Store::new(&opts.s3, &opts.tls, opts.retry)),
-        Kind::Gcs => gcs::store(&opts.gcs, opts.retry),
-        Kind::Http => Box::new(http::HttpStore::new(&opts.tls, opts.retry)),
+        Kind::File => Box::new(file::FileStore::new(loc)),
+        Kind::S3 => Box::new(s3::S3Store::new(loc, &opts.s3, &opts.tls, opts.retry)),
+        Kind::Gcs => gcs::store(loc, &opts.gcs, opts.retry),
+        Kind::Http => Box::new(http::HttpStore::new(loc, &opts.tls, opts.retry)),
     }
 }
 
@@ -33,7 +33,7 @@ pub fn store(loc: &Location, opts: &SourceOptions) -> Box<dyn Store> {
 /// cache when one is set (local files are read as they are).
 pub async fn open_source(loc: &Location, opts: &SourceOptions) -> Result<Arc<dyn RangeSource>> {
     let store = store(loc, opts);
-    let source = store.open(loc).await?;
+    let source = store.open().await?;
     let Some(identity) = store.cache_identity() else {
         return Ok(source);
     };

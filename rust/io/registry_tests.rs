@@ -24,9 +24,9 @@ fn http_is_read_only_and_says_so() {
     let s = store(&l, &opts);
     let cancel = CancelToken::new();
     for err in [
-        s.check_writable(&l).unwrap_err(),
-        block(s.put(&l, b"x", &cancel)).unwrap_err(),
-        block(s.delete(&l, &cancel)).unwrap_err(),
+        s.check_writable().unwrap_err(),
+        block(s.put(b"x", &cancel)).unwrap_err(),
+        block(s.delete(&cancel)).unwrap_err(),
     ] {
         assert_eq!(err.kind(), ErrorKind::Unsupported);
         assert!(err.to_string().contains("s3:// and gs:// only"), "{err}");
@@ -40,14 +40,14 @@ fn a_local_upload_appears_whole_at_finish_and_not_at_all_when_dropped() {
     let path = dir.path().join("m.tensors");
     let l = loc(path.to_str().unwrap());
     let s = store(&l, &SourceOptions::default());
-    s.check_writable(&l).unwrap();
-    let mut up = block(s.upload(&l, CancelToken::new())).unwrap();
+    s.check_writable().unwrap();
+    let mut up = block(s.upload(CancelToken::new())).unwrap();
     block(up.send_part(Bytes::from_static(b"ab"))).unwrap();
     assert!(!path.exists());
     drop(up);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 
-    let mut up = block(s.upload(&l, CancelToken::new())).unwrap();
+    let mut up = block(s.upload(CancelToken::new())).unwrap();
     block(up.send_part(Bytes::from_static(b"ab"))).unwrap();
     block(up.finish(Bytes::from_static(b"cd"))).unwrap();
     assert_eq!(std::fs::read(&path).unwrap(), b"abcd");
@@ -79,9 +79,9 @@ fn only_remote_stores_are_cached_and_each_endpoint_apart() {
 fn a_build_without_gcs_says_so_for_every_operation() {
     let l = loc("gs://b/m.tensors");
     let s = store(&l, &SourceOptions::default());
-    let err = s.check_writable(&l).unwrap_err();
+    let err = s.check_writable().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported);
     assert!(err.to_string().contains("\"gcs\" cargo feature"), "{err}");
-    let err = block(s.get(&l, 10, &CancelToken::new())).unwrap_err();
+    let err = block(s.get(10, &CancelToken::new())).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Unsupported);
 }

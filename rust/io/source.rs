@@ -16,6 +16,9 @@ use crate::plan::{Part, PlanOptions};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
+/// What a source's or a store's operations return.
+pub type Fut<'a, T> = BoxFuture<'a, Result<T>>;
+
 /// What the first read of an object tells us.
 #[derive(Debug, Clone)]
 pub struct Discovery {
@@ -57,6 +60,14 @@ pub struct PartJob {
     pub on_first_byte: Option<OnFirstByte>,
 }
 
+impl PartJob {
+    /// The job's fields, for a source's future to own: every source takes
+    /// the job apart the same way.
+    pub fn into_parts(self) -> (Part, Arc<Destinations>, CancelToken, Option<OnFirstByte>) {
+        (self.part, self.dest, self.cancel, self.on_first_byte)
+    }
+}
+
 /// Called once, on the runtime's threads, when a part's first byte arrives,
 /// with how long it waited for it from the start of the part's fetch (not
 /// from when the part was handed out: a busy client may start a wave's
@@ -87,7 +98,7 @@ pub trait PartSource: Send + Sync + 'static {
     /// Fetches `job.part` into `job.dest`. Must not return before every
     /// write into `dest` it started has finished, even on error or
     /// cancellation.
-    fn read_part(self: Arc<Self>, job: PartJob) -> BoxFuture<'static, Result<PartStats>>;
+    fn read_part(self: Arc<Self>, job: PartJob) -> Fut<'static, PartStats>;
 
     /// How plans for this source should coalesce and split.
     fn plan_options(&self) -> PlanOptions;
@@ -138,25 +149,16 @@ pub trait PartSource: Send + Sync + 'static {
 /// (what opening a file needs).
 pub trait RangeSource: PartSource {
     /// Reads up to `len` bytes from offset 0 and learns the object's size.
-    fn discover<'a>(
-        &'a self,
-        len: u64,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Discovery>>;
+    fn discover<'a>(&'a self, len: u64, cancel: &'a CancelToken) -> Fut<'a, Discovery>;
 
-    /// Reads exactly `len` bytes at `offset` into a new buffer.
-    fn read_range<'a>(
-        &'a self,
-        offset: u64,
-        len: u64,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Vec<u8>>>;
+    /// Reads exactly `len` bytes at `start` into a new buffer.
+    fn read_range<'a>(&'a self, start: u64, len: u64, cancel: &'a CancelToken) -> Fut<'a, Vec<u8>>;
 
     /// One attempt, never retried, at the object's first byte: timed beside
     /// `discover` to tell a store that serves requests in turn
     /// (`session::discover::probing`); `None` where there is no store to
     /// ask (a file) or its answer would not time it (a cache in front).
-    fn probe(&self) -> Option<BoxFuture<'_, Result<()>>> {
+    fn probe(&self) -> Option<Fut<'_, ()>> {
         None
     }
 
@@ -170,7 +172,7 @@ pub trait RangeSource: PartSource {
     /// (a HEAD) and returns its size, for a cache that holds the first
     /// bytes already; `None` where the source has no such request (then
     /// `discover` pins it).
-    fn pin<'a>(&'a self, _cancel: &'a CancelToken) -> BoxFuture<'a, Result<Option<u64>>> {
+    fn pin<'a>(&'a self, _cancel: &'a CancelToken) -> Fut<'a, Option<u64>> {
         Box::pin(async { Ok(None) })
     }
 

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use super::source::{BoxFuture, PartJob, PartSource, PartStats, RangeSource};
+use super::source::{Fut, PartJob, PartSource, PartStats, RangeSource};
 use crate::error::{Error, ErrorKind, Result};
 use crate::plan::{Part, PlanOptions};
 
@@ -86,14 +86,9 @@ impl PartSource for Spanned {
         &self.uri
     }
 
-    fn read_part(self: Arc<Self>, job: PartJob) -> BoxFuture<'static, Result<PartStats>> {
+    fn read_part(self: Arc<Self>, job: PartJob) -> Fut<'static, PartStats> {
         Box::pin(async move {
-            let PartJob {
-                part,
-                dest,
-                cancel,
-                on_first_byte,
-            } = job;
+            let (part, dest, cancel, on_first_byte) = job.into_parts();
             let (member, part) = self.locate(part)?;
             let member = Arc::clone(member);
             let uri = member.uri().to_string();

@@ -9,53 +9,36 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+pub use super::source::Fut;
 use super::source::{BoxFuture, RangeSource};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::location::Location;
 
-/// A store, built by the registry from the options of the one backend a
-/// location names. Every operation takes that location.
+/// The store that holds one location's object, built by the registry from
+/// the options of the backend the location names.
 pub trait Store: Send + Sync {
-    /// The object at `loc`, open for ranged reads.
-    fn open<'a>(&'a self, loc: &'a Location) -> BoxFuture<'a, Result<Arc<dyn RangeSource>>>;
+    /// The object, open for ranged reads.
+    fn open(&self) -> Fut<'_, Arc<dyn RangeSource>>;
 
-    /// The whole object at `loc`, `None` when it does not exist; an object
-    /// larger than `max_bytes` is an error, found before it is read when
-    /// the store says its size.
-    fn get<'a>(
-        &'a self,
-        loc: &'a Location,
-        max_bytes: u64,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Option<Vec<u8>>>>;
+    /// The whole object, `None` when it does not exist; an object larger
+    /// than `max_bytes` is an error, found before it is read when the store
+    /// says its size.
+    fn get<'a>(&'a self, max_bytes: u64, cancel: &'a CancelToken) -> Fut<'a, Option<Vec<u8>>>;
 
-    /// Writes `data` as the whole object at `loc`: readers see the old
-    /// object or the new one, never a part.
-    fn put<'a>(
-        &'a self,
-        loc: &'a Location,
-        data: &'a [u8],
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<()>>;
+    /// Writes `data` as the whole object: readers see the old object or
+    /// the new one, never a part.
+    fn put<'a>(&'a self, data: &'a [u8], cancel: &'a CancelToken) -> Fut<'a, ()>;
 
-    /// Deletes the object at `loc`; one that does not exist is no error.
-    fn delete<'a>(
-        &'a self,
-        loc: &'a Location,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<()>>;
+    /// Deletes the object; one that does not exist is no error.
+    fn delete<'a>(&'a self, cancel: &'a CancelToken) -> Fut<'a, ()>;
 
-    /// Whether a save may write `loc` here, or why not (asked before
+    /// Whether a save may write the object, or why not (asked before
     /// anything is computed).
-    fn check_writable(&self, loc: &Location) -> Result<()>;
+    fn check_writable(&self) -> Result<()>;
 
-    /// An upload to `loc` in parts, which `check_writable` accepted.
-    fn upload<'a>(
-        &'a self,
-        loc: &'a Location,
-        cancel: CancelToken,
-    ) -> BoxFuture<'a, Result<Box<dyn Upload>>>;
+    /// An upload of the object in parts, which `check_writable` accepted.
+    fn upload(&self, cancel: CancelToken) -> Fut<'_, Box<dyn Upload>>;
 
     /// What besides the location tells this store's objects apart in the
     /// node's cache (the same bucket and key on another endpoint is another
@@ -69,13 +52,42 @@ pub trait Store: Send + Sync {
 pub trait Upload: Send {
     /// Sends the next part (all but the last are of one size, at least
     /// the store's smallest).
-    fn send_part(&mut self, body: Bytes) -> BoxFuture<'_, Result<()>>;
+    fn send_part(&mut self, body: Bytes) -> Fut<'_, ()>;
 
     /// Sends what is left and completes the object.
-    fn finish(self: Box<Self>, rest: Bytes) -> BoxFuture<'static, Result<()>>;
+    fn finish(self: Box<Self>, rest: Bytes) -> Fut<'static, ()>;
 
     /// Gives the upload up, removing what it sent.
     fn abort(&mut self) -> BoxFuture<'_, ()>;
+}
+
+/// `impl Upload` for a backend's upload type whose inherent async methods
+/// `send_part`, `finish` and `abort` already have the trait's meaning.
+macro_rules! upload_by_inherent_methods {
+    ($ty:ty) => {
+        impl $crate::io::store::Upload for $ty {
+            fn send_part(&mut self, body: ::bytes::Bytes) -> $crate::io::store::Fut<'_, ()> {
+                Box::pin(<$ty>::send_part(self, body))
+            }
+
+            fn finish(
+                self: Box<Self>,
+                rest: ::bytes::Bytes,
+            ) -> $crate::io::store::Fut<'static, ()> {
+                Box::pin(<$ty>::finish(*self, rest))
+            }
+
+            fn abort(&mut self) -> $crate::io::source::BoxFuture<'_, ()> {
+                Box::pin(<$ty>::abort(self))
+            }
+        }
+    };
+}
+pub(crate) use upload_by_inherent_methods;
+
+/// A future of `value`, for operations a store answers without waiting.
+pub fn ready<'a, T: Send + 'a>(value: Result<T>) -> Fut<'a, T> {
+    Box::pin(std::future::ready(value))
 }
 
 /// A whole object's fetch as `Store::get` answers it: one that does not
@@ -100,52 +112,40 @@ pub fn read_only(loc: &Location, doing: &str) -> Error {
 
 /// The store of a kind this build has no client for (a cargo feature left
 /// out): every operation fails with what `why` says for the location.
-pub struct Unavailable(pub fn(&Location) -> Error);
+pub struct Unavailable {
+    pub loc: Location,
+    pub why: fn(&Location) -> Error,
+}
 
 impl Unavailable {
-    fn fail<'a, T: Send + 'a>(&self, loc: &Location) -> BoxFuture<'a, Result<T>> {
-        let err = (self.0)(loc);
-        Box::pin(async move { Err(err) })
+    fn fail<'a, T: Send + 'a>(&self) -> Fut<'a, T> {
+        ready(Err((self.why)(&self.loc)))
     }
 }
 
 impl Store for Unavailable {
-    fn open<'a>(&'a self, loc: &'a Location) -> BoxFuture<'a, Result<Arc<dyn RangeSource>>> {
-        self.fail(loc)
+    fn open(&self) -> Fut<'_, Arc<dyn RangeSource>> {
+        self.fail()
     }
 
-    fn get<'a>(
-        &'a self,
-        loc: &'a Location,
-        _: u64,
-        _: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
-        self.fail(loc)
+    fn get<'a>(&'a self, _: u64, _: &'a CancelToken) -> Fut<'a, Option<Vec<u8>>> {
+        self.fail()
     }
 
-    fn put<'a>(
-        &'a self,
-        loc: &'a Location,
-        _: &'a [u8],
-        _: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<()>> {
-        self.fail(loc)
+    fn put<'a>(&'a self, _: &'a [u8], _: &'a CancelToken) -> Fut<'a, ()> {
+        self.fail()
     }
 
-    fn delete<'a>(&'a self, loc: &'a Location, _: &'a CancelToken) -> BoxFuture<'a, Result<()>> {
-        self.fail(loc)
+    fn delete<'a>(&'a self, _: &'a CancelToken) -> Fut<'a, ()> {
+        self.fail()
     }
 
-    fn check_writable(&self, loc: &Location) -> Result<()> {
-        Err((self.0)(loc))
+    fn check_writable(&self) -> Result<()> {
+        Err((self.why)(&self.loc))
     }
 
-    fn upload<'a>(
-        &'a self,
-        loc: &'a Location,
-        _: CancelToken,
-    ) -> BoxFuture<'a, Result<Box<dyn Upload>>> {
-        self.fail(loc)
+    fn upload(&self, _: CancelToken) -> Fut<'_, Box<dyn Upload>> {
+        self.fail()
     }
 
     fn cache_identity(&self) -> Option<String> {

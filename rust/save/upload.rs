@@ -17,7 +17,7 @@ use crate::location::Location;
 
 /// Where `save` can write `loc`, or why not (before anything is computed).
 pub fn check_writable(loc: &Location, opts: &SourceOptions) -> Result<()> {
-    store(loc, opts).check_writable(loc)
+    store(loc, opts).check_writable()
 }
 
 /// An upload to `loc`, which `check_writable` accepted.
@@ -27,8 +27,8 @@ pub async fn start(
     cancel: CancelToken,
 ) -> Result<Box<dyn Upload>> {
     let store = store(loc, opts);
-    store.check_writable(loc)?;
-    store.upload(loc, cancel).await
+    store.check_writable()?;
+    store.upload(cancel).await
 }
 
 /// Part size of uploads: large enough that 10,000 parts (S3's limit) cover

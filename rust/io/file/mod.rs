@@ -10,7 +10,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use super::pread::{iovec, preadv_full};
-use super::source::{BoxFuture, Discovery, PartJob, PartSource, PartStats, RangeSource};
+use super::source::{Discovery, Fut, PartJob, PartSource, PartStats, RangeSource};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
@@ -140,10 +140,8 @@ impl PartSource for FileSource {
         &self.uri
     }
 
-    fn read_part(self: Arc<Self>, job: PartJob) -> BoxFuture<'static, Result<PartStats>> {
-        let PartJob {
-            part, dest, cancel, ..
-        } = job;
+    fn read_part(self: Arc<Self>, job: PartJob) -> Fut<'static, PartStats> {
+        let (part, dest, cancel, _) = job.into_parts();
         Box::pin(async move {
             let range = part.start..part.end;
             let uri = self.uri.clone();
@@ -174,11 +172,7 @@ impl PartSource for FileSource {
 }
 
 impl RangeSource for FileSource {
-    fn discover<'a>(
-        &'a self,
-        len: u64,
-        _cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Discovery>> {
+    fn discover<'a>(&'a self, len: u64, _cancel: &'a CancelToken) -> Fut<'a, Discovery> {
         Box::pin(async move {
             let n = len.min(self.size) as usize;
             let mut prefix = vec![0u8; n];
@@ -191,19 +185,14 @@ impl RangeSource for FileSource {
         })
     }
 
-    fn read_range<'a>(
-        &'a self,
-        offset: u64,
-        len: u64,
-        _cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Vec<u8>>> {
+    fn read_range<'a>(&'a self, start: u64, len: u64, _: &'a CancelToken) -> Fut<'a, Vec<u8>> {
         Box::pin(async move {
-            let end = offset.saturating_add(len);
+            let end = start.saturating_add(len);
             if end > self.size {
                 return Err(self.truncated(self.size, end));
             }
             let mut buf = vec![0u8; len as usize];
-            self.read_exact_at(&mut buf, offset)?;
+            self.read_exact_at(&mut buf, start)?;
             Ok(buf)
         })
     }

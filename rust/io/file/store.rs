@@ -1,6 +1,7 @@
 //! Local files behind the store trait: whole files read up to a limit,
 //! written beside their name and renamed into place, and never behind the
-//! node's cache (a disk needs none).
+//! node's cache (a disk needs none). The work is short and blocking, so
+//! every future here is ready when made.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -12,71 +13,60 @@ use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
 use crate::io::local::{self, Partial};
 use crate::io::source::{BoxFuture, RangeSource};
-use crate::io::store::{Store, Upload};
+use crate::io::store::{ready, Fut, Store, Upload};
 use crate::location::Location;
 
-pub struct FileStore;
+pub struct FileStore {
+    loc: Location,
+}
 
-fn path(loc: &Location) -> Result<&str> {
-    loc.path()
-        .ok_or_else(|| Error::invalid("not a local path").with_uri(loc.display()))
+impl FileStore {
+    pub fn new(loc: &Location) -> FileStore {
+        FileStore { loc: loc.clone() }
+    }
+
+    /// `op` on the file's path, its error naming the location.
+    fn at<T>(&self, op: impl FnOnce(&str) -> Result<T>) -> Result<T> {
+        let uri = self.loc.display();
+        let path = self
+            .loc
+            .path()
+            .ok_or_else(|| Error::invalid("not a local path"))
+            .map_err(|e| e.with_uri(uri))?;
+        op(path).map_err(|e| e.with_uri(uri))
+    }
 }
 
 impl Store for FileStore {
-    fn open<'a>(&'a self, loc: &'a Location) -> BoxFuture<'a, Result<Arc<dyn RangeSource>>> {
-        Box::pin(async move {
-            let source: Arc<dyn RangeSource> = Arc::new(FileSource::open(loc)?);
-            Ok(source)
-        })
+    fn open(&self) -> Fut<'_, Arc<dyn RangeSource>> {
+        ready(FileSource::open(&self.loc).map(|s| Arc::new(s) as Arc<dyn RangeSource>))
     }
 
-    fn get<'a>(
-        &'a self,
-        loc: &'a Location,
-        max_bytes: u64,
-        _: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
-        Box::pin(async move {
-            local::read_capped(path(loc)?, max_bytes).map_err(|e| e.with_uri(loc.display()))
-        })
+    fn get<'a>(&'a self, max_bytes: u64, _: &'a CancelToken) -> Fut<'a, Option<Vec<u8>>> {
+        ready(self.at(|path| local::read_capped(path, max_bytes)))
     }
 
-    fn put<'a>(
-        &'a self,
-        loc: &'a Location,
-        data: &'a [u8],
-        _: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            local::write_atomic(path(loc)?, |f| {
-                f.write_all(data)
-                    .map_err(|e| Error::from_io(e, "write failed"))
-            })
-            .map_err(|e| e.with_uri(loc.display()))
-        })
+    fn put<'a>(&'a self, data: &'a [u8], _: &'a CancelToken) -> Fut<'a, ()> {
+        let write = |f: &mut std::fs::File| {
+            f.write_all(data)
+                .map_err(|e| Error::from_io(e, "write failed"))
+        };
+        ready(self.at(|path| local::write_atomic(path, write)))
     }
 
-    fn delete<'a>(&'a self, loc: &'a Location, _: &'a CancelToken) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move { local::remove(path(loc)?).map_err(|e| e.with_uri(loc.display())) })
+    fn delete<'a>(&'a self, _: &'a CancelToken) -> Fut<'a, ()> {
+        ready(self.at(local::remove))
     }
 
-    fn check_writable(&self, loc: &Location) -> Result<()> {
-        path(loc).map(|_| ())
+    fn check_writable(&self) -> Result<()> {
+        self.at(|_| Ok(()))
     }
 
-    fn upload<'a>(
-        &'a self,
-        loc: &'a Location,
-        _: CancelToken,
-    ) -> BoxFuture<'a, Result<Box<dyn Upload>>> {
-        Box::pin(async move {
-            let partial = Partial::create(path(loc)?).map_err(|e| e.with_uri(loc.display()))?;
-            let upload: Box<dyn Upload> = Box::new(FileUpload {
-                partial,
-                uri: loc.display().to_string(),
-            });
-            Ok(upload)
-        })
+    fn upload(&self, _: CancelToken) -> Fut<'_, Box<dyn Upload>> {
+        ready(self.at(Partial::create).map(|partial| {
+            let uri = self.loc.display().to_string();
+            Box::new(FileUpload { partial, uri }) as Box<dyn Upload>
+        }))
     }
 
     fn cache_identity(&self) -> Option<String> {
@@ -102,20 +92,20 @@ impl FileUpload {
 }
 
 impl Upload for FileUpload {
-    fn send_part(&mut self, body: Bytes) -> BoxFuture<'_, Result<()>> {
-        Box::pin(async move { self.append(&body) })
+    fn send_part(&mut self, body: Bytes) -> Fut<'_, ()> {
+        ready(self.append(&body))
     }
 
-    fn finish(mut self: Box<Self>, rest: Bytes) -> BoxFuture<'static, Result<()>> {
-        Box::pin(async move {
-            self.append(&rest)?;
-            let uri = self.uri.clone();
-            self.partial.commit().map_err(|e| e.with_uri(uri))
-        })
+    fn finish(mut self: Box<Self>, rest: Bytes) -> Fut<'static, ()> {
+        let done = self.append(&rest).and_then(|()| {
+            let FileUpload { partial, uri } = *self;
+            partial.commit().map_err(|e| e.with_uri(uri))
+        });
+        ready(done)
     }
 
     fn abort(&mut self) -> BoxFuture<'_, ()> {
         // Dropping the upload removes its partial file.
-        Box::pin(async {})
+        Box::pin(std::future::ready(()))
     }
 }

@@ -3,17 +3,15 @@
 //! rather than treating a gs:// URI as some other kind.
 
 use super::GcsOptions;
-#[cfg(not(feature = "gcs"))]
-use crate::error::{Error, ErrorKind};
 use crate::io::retry::RetryPolicy;
 use crate::io::store::Store;
-#[cfg(not(feature = "gcs"))]
 use crate::location::Location;
 
-/// The store of gs:// objects.
+/// The store of a gs:// object.
 #[cfg(feature = "gcs")]
-pub fn store(opts: &GcsOptions, retry: RetryPolicy) -> Box<dyn Store> {
-    Box::new(GcsStore {
+pub fn store(loc: &Location, opts: &GcsOptions, retry: RetryPolicy) -> Box<dyn Store> {
+    Box::new(enabled::GcsStore {
+        loc: loc.clone(),
         opts: opts.clone(),
         retry,
     })
@@ -21,21 +19,18 @@ pub fn store(opts: &GcsOptions, retry: RetryPolicy) -> Box<dyn Store> {
 
 /// A build without the "gcs" feature has no client to build.
 #[cfg(not(feature = "gcs"))]
-pub fn store(_: &GcsOptions, _: RetryPolicy) -> Box<dyn Store> {
-    Box::new(crate::io::store::Unavailable(unsupported))
-}
-
-#[cfg(feature = "gcs")]
-struct GcsStore {
-    opts: GcsOptions,
-    retry: RetryPolicy,
+pub fn store(loc: &Location, _: &GcsOptions, _: RetryPolicy) -> Box<dyn Store> {
+    Box::new(crate::io::store::Unavailable {
+        loc: loc.clone(),
+        why: unsupported,
+    })
 }
 
 /// What a build without the "gcs" feature says for a gs:// URI.
 #[cfg(not(feature = "gcs"))]
-fn unsupported(loc: &Location) -> Error {
-    Error::new(
-        ErrorKind::Unsupported,
+fn unsupported(loc: &Location) -> crate::error::Error {
+    crate::error::Error::new(
+        crate::error::ErrorKind::Unsupported,
         "this build of fastshard reads and writes no gs:// objects (built without the \"gcs\" cargo feature)",
     )
     .with_uri(loc.display())
@@ -47,77 +42,67 @@ mod enabled {
 
     use bytes::Bytes;
 
-    use super::GcsStore;
+    use super::GcsOptions;
     use crate::cancel::CancelToken;
     use crate::error::Result;
     use crate::io::gcs::{GcsSource, GcsUpload};
-    use crate::io::retry::retrying;
-    use crate::io::source::{BoxFuture, RangeSource};
-    use crate::io::store::{found, Store, Upload};
+    use crate::io::retry::{retrying, RetryPolicy};
+    use crate::io::source::RangeSource;
+    use crate::io::store::{found, ready, upload_by_inherent_methods, Fut, Store, Upload};
     use crate::location::Location;
 
-    impl Store for GcsStore {
-        fn open<'a>(&'a self, loc: &'a Location) -> BoxFuture<'a, Result<Arc<dyn RangeSource>>> {
-            Box::pin(async move {
-                let source: Arc<dyn RangeSource> =
-                    Arc::new(GcsSource::open(loc, &self.opts, self.retry)?);
-                Ok(source)
-            })
+    pub struct GcsStore {
+        pub(super) loc: Location,
+        pub(super) opts: GcsOptions,
+        pub(super) retry: RetryPolicy,
+    }
+
+    impl GcsStore {
+        fn source(&self) -> Result<GcsSource> {
+            GcsSource::open(&self.loc, &self.opts, self.retry)
         }
 
-        fn get<'a>(
-            &'a self,
-            loc: &'a Location,
-            max_bytes: u64,
-            cancel: &'a CancelToken,
-        ) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
+        async fn start(&self, cancel: CancelToken) -> Result<GcsUpload> {
+            GcsUpload::start(&self.loc, &self.opts, self.retry, cancel).await
+        }
+    }
+
+    impl Store for GcsStore {
+        fn open(&self) -> Fut<'_, Arc<dyn RangeSource>> {
+            ready(self.source().map(|s| Arc::new(s) as Arc<dyn RangeSource>))
+        }
+
+        fn get<'a>(&'a self, max_bytes: u64, cancel: &'a CancelToken) -> Fut<'a, Option<Vec<u8>>> {
             Box::pin(async move {
-                let src = GcsSource::open(loc, &self.opts, self.retry)?;
+                let src = self.source()?;
                 let got = retrying(&self.retry, cancel, || src.get_whole(max_bytes)).await;
-                found(got, loc)
+                found(got, &self.loc)
             })
         }
 
         /// One upload: readers see the old object or the new one.
-        fn put<'a>(
-            &'a self,
-            loc: &'a Location,
-            data: &'a [u8],
-            cancel: &'a CancelToken,
-        ) -> BoxFuture<'a, Result<()>> {
+        fn put<'a>(&'a self, data: &'a [u8], cancel: &'a CancelToken) -> Fut<'a, ()> {
             Box::pin(async move {
-                let upload = GcsUpload::start(loc, &self.opts, self.retry, cancel.clone()).await?;
+                let upload = self.start(cancel.clone()).await?;
                 upload.finish(Bytes::copy_from_slice(data)).await
             })
         }
 
-        fn delete<'a>(
-            &'a self,
-            loc: &'a Location,
-            cancel: &'a CancelToken,
-        ) -> BoxFuture<'a, Result<()>> {
+        fn delete<'a>(&'a self, cancel: &'a CancelToken) -> Fut<'a, ()> {
             Box::pin(async move {
-                let src = GcsSource::open(loc, &self.opts, self.retry)?;
+                let src = self.source()?;
                 retrying(&self.retry, cancel, || src.delete())
                     .await
-                    .map_err(|e| e.with_uri(loc.display()))
+                    .map_err(|e| e.with_uri(self.loc.display()))
             })
         }
 
-        fn check_writable(&self, _: &Location) -> Result<()> {
+        fn check_writable(&self) -> Result<()> {
             Ok(())
         }
 
-        fn upload<'a>(
-            &'a self,
-            loc: &'a Location,
-            cancel: CancelToken,
-        ) -> BoxFuture<'a, Result<Box<dyn Upload>>> {
-            Box::pin(async move {
-                let upload = GcsUpload::start(loc, &self.opts, self.retry, cancel).await?;
-                let upload: Box<dyn Upload> = Box::new(upload);
-                Ok(upload)
-            })
+        fn upload(&self, cancel: CancelToken) -> Fut<'_, Box<dyn Upload>> {
+            Box::pin(async move { Ok(Box::new(self.start(cancel).await?) as Box<dyn Upload>) })
         }
 
         fn cache_identity(&self) -> Option<String> {
@@ -125,17 +110,5 @@ mod enabled {
         }
     }
 
-    impl Upload for GcsUpload {
-        fn send_part(&mut self, body: Bytes) -> BoxFuture<'_, Result<()>> {
-            Box::pin(GcsUpload::send_part(self, body))
-        }
-
-        fn finish(self: Box<Self>, rest: Bytes) -> BoxFuture<'static, Result<()>> {
-            Box::pin(GcsUpload::finish(*self, rest))
-        }
-
-        fn abort(&mut self) -> BoxFuture<'_, ()> {
-            Box::pin(GcsUpload::abort(self))
-        }
-    }
+    upload_by_inherent_methods!(GcsUpload);
 }

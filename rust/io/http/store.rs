@@ -8,76 +8,66 @@ use super::HttpSource;
 use crate::cancel::CancelToken;
 use crate::error::Result;
 use crate::io::retry::{retrying, RetryPolicy};
-use crate::io::source::{BoxFuture, RangeSource};
-use crate::io::store::{found, read_only, Store, Upload};
+use crate::io::source::RangeSource;
+use crate::io::store::{found, read_only, ready, Fut, Store, Upload};
 use crate::io::tls::TlsOptions;
 use crate::location::Location;
 
 pub struct HttpStore {
+    loc: Location,
     tls: TlsOptions,
     retry: RetryPolicy,
 }
 
 impl HttpStore {
-    pub fn new(tls: &TlsOptions, retry: RetryPolicy) -> HttpStore {
+    pub fn new(loc: &Location, tls: &TlsOptions, retry: RetryPolicy) -> HttpStore {
         HttpStore {
+            loc: loc.clone(),
             tls: tls.clone(),
             retry,
         }
     }
 
-    fn source(&self, loc: &Location) -> Result<HttpSource> {
-        HttpSource::open(loc, self.retry, self.tls.ca_bundle.as_deref())
+    fn source(&self) -> Result<HttpSource> {
+        HttpSource::open(&self.loc, self.retry, self.tls.ca_bundle.as_deref())
+    }
+
+    fn refuse<'a, T: Send + 'a>(&self, doing: &str) -> Fut<'a, T> {
+        ready(Err(read_only(&self.loc, doing)))
     }
 }
 
-/// What is said of a write or a delete.
+/// What is said of a write or a delete, and of a save.
 const WRITES: &str = "writes and deletes objects on";
+const SAVES: &str = "saves to";
 
 impl Store for HttpStore {
-    fn open<'a>(&'a self, loc: &'a Location) -> BoxFuture<'a, Result<Arc<dyn RangeSource>>> {
-        Box::pin(async move {
-            let source: Arc<dyn RangeSource> = Arc::new(self.source(loc)?);
-            Ok(source)
-        })
+    fn open(&self) -> Fut<'_, Arc<dyn RangeSource>> {
+        ready(self.source().map(|s| Arc::new(s) as Arc<dyn RangeSource>))
     }
 
-    fn get<'a>(
-        &'a self,
-        loc: &'a Location,
-        max_bytes: u64,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
+    fn get<'a>(&'a self, max_bytes: u64, cancel: &'a CancelToken) -> Fut<'a, Option<Vec<u8>>> {
         Box::pin(async move {
-            let src = self.source(loc)?;
+            let src = self.source()?;
             let got = retrying(&self.retry, cancel, || src.get_whole(max_bytes, cancel)).await;
-            found(got, loc)
+            found(got, &self.loc)
         })
     }
 
-    fn put<'a>(
-        &'a self,
-        loc: &'a Location,
-        _: &'a [u8],
-        _: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move { Err(read_only(loc, WRITES)) })
+    fn put<'a>(&'a self, _: &'a [u8], _: &'a CancelToken) -> Fut<'a, ()> {
+        self.refuse(WRITES)
     }
 
-    fn delete<'a>(&'a self, loc: &'a Location, _: &'a CancelToken) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move { Err(read_only(loc, WRITES)) })
+    fn delete<'a>(&'a self, _: &'a CancelToken) -> Fut<'a, ()> {
+        self.refuse(WRITES)
     }
 
-    fn check_writable(&self, loc: &Location) -> Result<()> {
-        Err(read_only(loc, "saves to"))
+    fn check_writable(&self) -> Result<()> {
+        Err(read_only(&self.loc, SAVES))
     }
 
-    fn upload<'a>(
-        &'a self,
-        loc: &'a Location,
-        _: CancelToken,
-    ) -> BoxFuture<'a, Result<Box<dyn Upload>>> {
-        Box::pin(async move { Err(read_only(loc, "saves to")) })
+    fn upload(&self, _: CancelToken) -> Fut<'_, Box<dyn Upload>> {
+        self.refuse(SAVES)
     }
 
     fn cache_identity(&self) -> Option<String> {

@@ -29,7 +29,6 @@ use super::ranged::{ETag, Fetched, RangedObject, Remote};
 use super::sink::PartSink;
 use super::source::Timing;
 use crate::error::{Error, ErrorKind, Result};
-use crate::location::Location;
 
 pub struct S3Source {
     target: Target,
@@ -60,7 +59,8 @@ impl Target {
 /// The object at `loc` and its store, with credentials, endpoint and
 /// region resolved the one way every S3 request here resolves them. The
 /// store's client is made (or found) now, so a bad configuration fails here.
-pub async fn target(loc: &Location, store: &S3Store) -> Result<Target> {
+pub async fn target(store: &S3Store) -> Result<Target> {
+    let loc = &store.loc;
     let (bucket, key) = loc.s3_object()?;
     let uri = loc.display();
     let env = EnvSnapshot::capture();
@@ -77,12 +77,12 @@ pub async fn target(loc: &Location, store: &S3Store) -> Result<Target> {
 }
 
 impl S3Source {
-    pub async fn open(loc: &Location, store: &S3Store) -> Result<S3Source> {
-        let target = target(loc, store).await?;
+    pub async fn open(store: &S3Store) -> Result<S3Source> {
+        let target = target(store).await?;
         Ok(S3Source {
             direct: S3Direct::for_target(&target).await,
             target,
-            remote: Remote::new(loc.display().to_string(), store.retry),
+            remote: Remote::new(store.loc.display().to_string(), store.retry),
         })
     }
 

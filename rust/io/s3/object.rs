@@ -10,19 +10,13 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::io::capped::CappedBody;
 use crate::io::retry::{retrying, RetryPolicy};
 use crate::io::store::found;
-use crate::location::Location;
 
-/// The object at `loc` if it exists and holds at most `max_bytes`.
-pub async fn get(
-    store: &S3Store,
-    loc: &Location,
-    max_bytes: u64,
-    cancel: &CancelToken,
-) -> Result<Option<Vec<u8>>> {
-    let t = super::target(loc, store).await?;
+/// The store's object if it exists and holds at most `max_bytes`.
+pub async fn get(store: &S3Store, max_bytes: u64, cancel: &CancelToken) -> Result<Option<Vec<u8>>> {
+    let t = super::target(store).await?;
     let c = t.client().await?;
     let got = retrying(&store.retry, cancel, || get_once(&c, &t, max_bytes, cancel)).await;
-    found(got, loc)
+    found(got, &store.loc)
 }
 
 async fn get_once(
@@ -48,13 +42,13 @@ async fn get_once(
 }
 
 /// One PutObject: the object appears whole or not at all.
-pub async fn put(store: &S3Store, loc: &Location, data: &[u8], cancel: &CancelToken) -> Result<()> {
-    let t = super::target(loc, store).await?;
+pub async fn put(store: &S3Store, data: &[u8], cancel: &CancelToken) -> Result<()> {
+    let t = super::target(store).await?;
     let c = t.client().await?;
     let body = bytes::Bytes::copy_from_slice(data);
     put_body(&c, &t.bucket, &t.key, body, &store.retry, cancel)
         .await
-        .map_err(|e| e.with_uri(loc.display()))
+        .map_err(|e| e.with_uri(&t.uri))
 }
 
 /// One PutObject of `body`, retried (also the upload of a small save).
@@ -81,8 +75,8 @@ pub async fn put_body(
 }
 
 /// DeleteObject; an object that is already gone is not an error.
-pub async fn delete(store: &S3Store, loc: &Location, cancel: &CancelToken) -> Result<()> {
-    let t = super::target(loc, store).await?;
+pub async fn delete(store: &S3Store, cancel: &CancelToken) -> Result<()> {
+    let t = super::target(store).await?;
     let c = t.client().await?;
     let done = retrying(&store.retry, cancel, || {
         let req = c.client.delete_object().bucket(&t.bucket).key(&t.key);
@@ -92,6 +86,6 @@ pub async fn delete(store: &S3Store, loc: &Location, cancel: &CancelToken) -> Re
     match done {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e.with_uri(loc.display())),
+        Err(e) => Err(e.with_uri(&t.uri)),
     }
 }

@@ -3,26 +3,26 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-
 use super::{object, S3Options, S3Source, S3Upload};
 use crate::cancel::CancelToken;
 use crate::error::Result;
 use crate::io::retry::RetryPolicy;
-use crate::io::source::{BoxFuture, RangeSource};
-use crate::io::store::{Store, Upload};
+use crate::io::source::RangeSource;
+use crate::io::store::{upload_by_inherent_methods, Fut, Store, Upload};
 use crate::io::tls::TlsOptions;
 use crate::location::Location;
 
 pub struct S3Store {
+    pub(super) loc: Location,
     pub(super) opts: S3Options,
     pub(super) tls: TlsOptions,
     pub(super) retry: RetryPolicy,
 }
 
 impl S3Store {
-    pub fn new(opts: &S3Options, tls: &TlsOptions, retry: RetryPolicy) -> S3Store {
+    pub fn new(loc: &Location, opts: &S3Options, tls: &TlsOptions, retry: RetryPolicy) -> Self {
         S3Store {
+            loc: loc.clone(),
             opts: opts.clone(),
             tls: tls.clone(),
             retry,
@@ -31,51 +31,33 @@ impl S3Store {
 }
 
 impl Store for S3Store {
-    fn open<'a>(&'a self, loc: &'a Location) -> BoxFuture<'a, Result<Arc<dyn RangeSource>>> {
+    fn open(&self) -> Fut<'_, Arc<dyn RangeSource>> {
         Box::pin(async move {
-            let source: Arc<dyn RangeSource> = Arc::new(S3Source::open(loc, self).await?);
-            Ok(source)
+            let source = S3Source::open(self).await?;
+            Ok(Arc::new(source) as Arc<dyn RangeSource>)
         })
     }
 
-    fn get<'a>(
-        &'a self,
-        loc: &'a Location,
-        max_bytes: u64,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<Option<Vec<u8>>>> {
-        Box::pin(object::get(self, loc, max_bytes, cancel))
+    fn get<'a>(&'a self, max_bytes: u64, cancel: &'a CancelToken) -> Fut<'a, Option<Vec<u8>>> {
+        Box::pin(object::get(self, max_bytes, cancel))
     }
 
-    fn put<'a>(
-        &'a self,
-        loc: &'a Location,
-        data: &'a [u8],
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(object::put(self, loc, data, cancel))
+    fn put<'a>(&'a self, data: &'a [u8], cancel: &'a CancelToken) -> Fut<'a, ()> {
+        Box::pin(object::put(self, data, cancel))
     }
 
-    fn delete<'a>(
-        &'a self,
-        loc: &'a Location,
-        cancel: &'a CancelToken,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(object::delete(self, loc, cancel))
+    fn delete<'a>(&'a self, cancel: &'a CancelToken) -> Fut<'a, ()> {
+        Box::pin(object::delete(self, cancel))
     }
 
-    fn check_writable(&self, _: &Location) -> Result<()> {
+    fn check_writable(&self) -> Result<()> {
         Ok(())
     }
 
-    fn upload<'a>(
-        &'a self,
-        loc: &'a Location,
-        cancel: CancelToken,
-    ) -> BoxFuture<'a, Result<Box<dyn Upload>>> {
+    fn upload(&self, cancel: CancelToken) -> Fut<'_, Box<dyn Upload>> {
         Box::pin(async move {
-            let upload: Box<dyn Upload> = Box::new(S3Upload::start(loc, self, cancel).await?);
-            Ok(upload)
+            let upload = S3Upload::start(self, cancel).await?;
+            Ok(Box::new(upload) as Box<dyn Upload>)
         })
     }
 
@@ -84,16 +66,4 @@ impl Store for S3Store {
     }
 }
 
-impl Upload for S3Upload {
-    fn send_part(&mut self, body: Bytes) -> BoxFuture<'_, Result<()>> {
-        Box::pin(S3Upload::send_part(self, body))
-    }
-
-    fn finish(self: Box<Self>, rest: Bytes) -> BoxFuture<'static, Result<()>> {
-        Box::pin(S3Upload::finish(*self, rest))
-    }
-
-    fn abort(&mut self) -> BoxFuture<'_, ()> {
-        Box::pin(S3Upload::abort(self))
-    }
-}
+upload_by_inherent_methods!(S3Upload);

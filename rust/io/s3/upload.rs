@@ -18,7 +18,6 @@ use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::retry::retrying;
 use crate::io::retry::RetryPolicy;
-use crate::location::Location;
 
 /// Parts uploaded at once; each holds one part in memory.
 const IN_FLIGHT: usize = 4;
@@ -43,11 +42,11 @@ pub struct S3Upload {
 }
 
 impl S3Upload {
-    /// An upload to `loc`; nothing is sent until the first part or `finish`.
+    /// An upload to the store's object; nothing is sent until the first part or `finish`.
     /// Every request retries with the store's policy and stops when
     /// `cancel` does.
-    pub async fn start(loc: &Location, store: &S3Store, cancel: CancelToken) -> Result<S3Upload> {
-        let t = target(loc, store).await?;
+    pub async fn start(store: &S3Store, cancel: CancelToken) -> Result<S3Upload> {
+        let t = target(store).await?;
         let policy = store.retry;
         Ok(S3Upload {
             client: t.client().await?,
