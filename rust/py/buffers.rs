@@ -11,6 +11,8 @@ use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
+use pyo3::pyclass::boolean_struct::True;
+use pyo3::PyClass;
 
 use crate::error::Error;
 
@@ -69,6 +71,29 @@ impl Regions {
 unsafe impl Send for Regions {}
 // SAFETY: as above; shared access only hands out the pointers.
 unsafe impl Sync for Regions {}
+
+/// CPython's buffer request, as `__getbuffer__` receives it.
+pub type View = *mut ffi::Py_buffer;
+
+/// `__getbuffer__` of a frozen class that exports one region of memory it
+/// owns (`memory` says which), whole and writable: the view holds `slf`.
+///
+/// # Safety
+/// As [`export`]: `view` is CPython's, and the region `memory` returns is
+/// valid for reads and writes for as long as the object lives.
+pub unsafe fn export_whole<T>(
+    slf: Bound<'_, T>,
+    view: View,
+    flags: c_int,
+    memory: impl FnOnce(&T) -> (*mut u8, usize),
+) -> PyResult<()>
+where
+    T: PyClass<Frozen = True> + Sync,
+{
+    let (buf, len) = memory(slf.get());
+    // SAFETY: the caller's promise, passed on.
+    unsafe { export(slf.into_any(), view, flags, buf, len) }
+}
 
 /// Fills `view` (CPython's `__getbuffer__` request) with `len` writable
 /// bytes at `buf`, one-dimensional, owned by `owner`: the view holds a

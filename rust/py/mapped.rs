@@ -8,10 +8,9 @@
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 
-use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::buffers::export;
+use super::buffers::{export_whole, View};
 use super::errors::to_py;
 use super::progress::Progress;
 use super::reader::check_disjoint;
@@ -115,23 +114,11 @@ impl Mapping {
 
     /// # Safety
     /// Called by CPython with a valid `Py_buffer` to fill (or null).
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
-        let (buf, len) = {
-            let me = slf.get();
-            (me.file.as_mut_ptr(), me.file.len())
-        };
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: View, flags: c_int) -> PyResult<()> {
         // SAFETY: CPython's `view`; the mapping is valid for `len` bytes
         // until this object is dropped, which the view's reference to it
         // prevents. Writable because it is copy-on-write: writes stay in
         // this process's private pages and never reach the file.
-        unsafe { export(slf.into_any(), view, flags, buf, len) }
+        unsafe { export_whole(slf, view, flags, |me| (me.file.as_mut_ptr(), me.file.len())) }
     }
-
-    /// # Safety
-    /// Called by CPython when a view is released; nothing was allocated per view.
-    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
 }

@@ -5,10 +5,9 @@
 
 use std::ffi::c_int;
 
-use pyo3::ffi;
 use pyo3::prelude::*;
 
-use super::buffers::export;
+use super::buffers::{export_whole, View};
 use super::errors::to_py;
 use crate::buffer::PageBuf;
 
@@ -39,22 +38,10 @@ impl Slab {
 
     /// # Safety
     /// Called by CPython with a valid `Py_buffer` to fill (or null).
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
-        let (buf, len) = {
-            let me = slf.get();
-            (me.buf.as_mut_ptr(), me.buf.len())
-        };
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: View, flags: c_int) -> PyResult<()> {
         // SAFETY: CPython's `view`; the slab owns `len` bytes at `buf` until
         // it is dropped, which the view's reference to it prevents; the slab
         // is writable by design (the ring decides who writes when).
-        unsafe { export(slf.into_any(), view, flags, buf, len) }
+        unsafe { export_whole(slf, view, flags, |me| (me.buf.as_mut_ptr(), me.buf.len())) }
     }
-
-    /// # Safety
-    /// Called by CPython when a view is released; nothing was allocated per view.
-    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
 }
