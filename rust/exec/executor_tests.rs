@@ -4,13 +4,17 @@ use crate::plan::{plan_reads, PlanOptions, Want};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+/// Executes `plan` into `out`, its one destination.
 pub(super) fn run(
     source: Arc<MockSource>,
     plan: ReadPlan,
-    dest: Arc<Destinations>,
+    out: &mut [u8],
     opts: ExecOptions,
     cancel: &CancelToken,
 ) -> Result<ExecStats> {
+    // SAFETY: `out` is borrowed for the whole call, and `execute` returns
+    // only once every write into it has finished.
+    let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
     crate::exec::runtime()?.block_on(execute(source, plan, dest, opts, cancel))
 }
 
@@ -39,12 +43,10 @@ pub(super) fn setup(fail_at: Vec<u64>) -> (Arc<MockSource>, ReadPlan, Vec<u8>) {
 fn all_parts_land_with_bounded_concurrency() {
     let (src, plan, bytes) = setup(vec![]);
     let mut out = vec![0u8; bytes.len()];
-    // SAFETY: `out` outlives `execute` and is untouched meanwhile.
-    let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
     let stats = run(
         src.clone(),
         plan,
-        dest,
+        &mut out,
         ExecOptions::new(5),
         &CancelToken::new(),
     )
@@ -66,8 +68,6 @@ fn staging_budget_bounds_parts_in_flight() {
         ..Default::default()
     });
     let mut out = vec![0u8; bytes.len()];
-    // SAFETY: `out` outlives `execute` and is untouched meanwhile.
-    let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
     let progress = Arc::new(AtomicU64::new(0));
     let opts = ExecOptions {
         concurrency: 8,
@@ -81,7 +81,7 @@ fn staging_budget_bounds_parts_in_flight() {
         near: None,
         gate: None,
     };
-    let stats = run(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap();
+    let stats = run(src.clone(), plan, &mut out, opts, &CancelToken::new()).unwrap();
     assert_eq!(out, bytes);
     // 10,000 bytes round up to 3 pages; 25,000 bytes hold 6: two parts.
     let max = src.max_in_flight.load(Ordering::SeqCst);
@@ -101,21 +101,11 @@ fn a_part_larger_than_the_budget_is_refused_before_any_read() {
         ..Default::default()
     });
     let mut out = vec![0u8; 64 * 1024];
-    // SAFETY: `out` outlives `execute` and is untouched meanwhile.
-    let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
     let opts = ExecOptions {
-        concurrency: 8,
         staging_budget: Some(64 * 1024),
-        progress: None,
-        on_landed: None,
-        max_concurrency: None,
-        throughput_target: None,
-        join_up_to: None,
-        in_turn: None,
-        near: None,
-        gate: None,
+        ..ExecOptions::new(8)
     };
-    let err = run(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap_err();
+    let err = run(src.clone(), plan, &mut out, opts, &CancelToken::new()).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Budget);
     assert!(err.to_string().contains("max_host_bytes"), "{err}");
     assert_eq!(src.finished.load(Ordering::SeqCst), 0);
@@ -125,12 +115,10 @@ fn a_part_larger_than_the_budget_is_refused_before_any_read() {
 fn first_failure_stops_the_rest_and_waits_for_started_parts() {
     let (src, plan, _) = setup(vec![3 * 1024]);
     let mut out = vec![0u8; 64 * 1024];
-    // SAFETY: `out` outlives `execute` and is untouched meanwhile.
-    let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
     let err = run(
         src.clone(),
         plan,
-        dest,
+        &mut out,
         ExecOptions::new(4),
         &CancelToken::new(),
     )
@@ -148,15 +136,13 @@ fn first_failure_stops_the_rest_and_waits_for_started_parts() {
 fn caller_cancellation_is_reported_as_cancelled() {
     let (src, plan, _) = setup(vec![]);
     let mut out = vec![0u8; 64 * 1024];
-    // SAFETY: `out` outlives `execute` and is untouched meanwhile.
-    let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
     let cancel = CancelToken::new();
     let c2 = cancel.clone();
     let t = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(10));
         c2.cancel();
     });
-    let err = run(src.clone(), plan, dest, ExecOptions::new(1), &cancel).unwrap_err();
+    let err = run(src.clone(), plan, &mut out, ExecOptions::new(1), &cancel).unwrap_err();
     t.join().unwrap();
     assert_eq!(err.kind(), ErrorKind::Cancelled);
     assert_eq!(src.in_flight.load(Ordering::SeqCst), 0);
@@ -181,14 +167,12 @@ fn joined_load(
         ..Default::default()
     });
     let mut out = vec![0u8; bytes.len()];
-    // SAFETY: `out` outlives `execute` and is untouched meanwhile.
-    let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
     let opts = ExecOptions {
         staging_budget: budget,
         join_up_to,
         ..ExecOptions::new(2)
     };
-    let stats = run(src.clone(), plan, dest, opts, &CancelToken::new()).unwrap();
+    let stats = run(src.clone(), plan, &mut out, opts, &CancelToken::new()).unwrap();
     assert_eq!(out, bytes);
     (stats, src.largest.load(Ordering::SeqCst))
 }
@@ -240,13 +224,18 @@ fn a_store_that_serves_requests_in_turn_gets_the_queued_parts_again_joined() {
             ..Default::default()
         });
         let mut out = vec![0u8; bytes.len()];
-        // SAFETY: `out` outlives `execute` and is untouched meanwhile.
-        let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
         let opts = ExecOptions {
             join_up_to,
             ..ExecOptions::new(64)
         };
-        let stats = run(src.clone(), plan.clone(), dest, opts, &CancelToken::new()).unwrap();
+        let stats = run(
+            src.clone(),
+            plan.clone(),
+            &mut out,
+            opts,
+            &CancelToken::new(),
+        )
+        .unwrap();
         assert_eq!(out, bytes);
         let served = src.finished.load(Ordering::SeqCst);
         (stats, src.largest.load(Ordering::SeqCst), served)
@@ -299,9 +288,7 @@ fn a_store_known_to_serve_in_turn_gets_one_request_then_the_rest_cut() {
 pub(super) fn load_from(src: &Arc<MockSource>, opts: ExecOptions) -> ExecStats {
     let (_, plan, bytes) = setup(vec![]);
     let mut out = vec![0u8; bytes.len()];
-    // SAFETY: `out` outlives `execute` and is untouched meanwhile.
-    let dest = Arc::new(unsafe { Destinations::new(vec![(out.as_mut_ptr(), out.len())]) });
-    let stats = run(Arc::clone(src), plan, dest, opts, &CancelToken::new()).unwrap();
+    let stats = run(Arc::clone(src), plan, &mut out, opts, &CancelToken::new()).unwrap();
     assert_eq!(out, bytes);
     stats
 }

@@ -4,12 +4,17 @@ fn d(name: &str) -> Dtype {
     Dtype::from_torch(name).unwrap()
 }
 
+/// The dtype a tensorizer file's `raw` string names.
+fn tz(raw: &[u8]) -> Dtype {
+    Dtype::from_tensorizer(raw).unwrap()
+}
+
 #[test]
 fn table_is_consistent() {
     assert!(TABLE.len() < 256);
     for t in Dtype::all() {
         let s = t.tensorizer_str();
-        assert_eq!(Dtype::from_tensorizer(s).unwrap(), t, "{t:?}");
+        assert_eq!(tz(s), t, "{t:?}");
         assert_eq!(d(t.torch_name()), t);
         assert_eq!(d(&format!("torch.{}", t.torch_name())), t);
         // numpy writes `|` exactly for 1-byte types.
@@ -63,28 +68,16 @@ fn floating_classification() {
 
 #[test]
 fn tolerant_spellings() {
-    assert_eq!(Dtype::from_tensorizer(b"=f4").unwrap(), d("float32"));
-    assert_eq!(Dtype::from_tensorizer(b"|i4").unwrap(), d("int32"));
-    assert_eq!(Dtype::from_tensorizer(b"<u1").unwrap(), d("uint8"));
-    assert_eq!(Dtype::from_tensorizer(b">u1").unwrap(), d("uint8"));
-    assert_eq!(Dtype::from_tensorizer(b"f8").unwrap(), d("float64"));
-    assert_eq!(
-        Dtype::from_tensorizer(b"=V2\0torch.bfloat16").unwrap(),
-        d("bfloat16")
-    );
-    assert_eq!(
-        Dtype::from_tensorizer(b">V1\0torch.float8_e5m2").unwrap(),
-        d("float8_e5m2")
-    );
+    assert_eq!(tz(b"=f4"), d("float32"));
+    assert_eq!(tz(b"|i4"), d("int32"));
+    assert_eq!(tz(b"<u1"), d("uint8"));
+    assert_eq!(tz(b">u1"), d("uint8"));
+    assert_eq!(tz(b"f8"), d("float64"));
+    assert_eq!(tz(b"=V2\0torch.bfloat16"), d("bfloat16"));
+    assert_eq!(tz(b">V1\0torch.float8_e5m2"), d("float8_e5m2"));
     // tensorizer reinterprets void bytes as any named torch type of that size.
-    assert_eq!(
-        Dtype::from_tensorizer(b"<V4\0torch.float32").unwrap(),
-        d("float32")
-    );
-    assert_eq!(
-        Dtype::from_tensorizer(b"<f4\0torch.float32").unwrap(),
-        d("float32")
-    );
+    assert_eq!(tz(b"<V4\0torch.float32"), d("float32"));
+    assert_eq!(tz(b"<f4\0torch.float32"), d("float32"));
 }
 
 fn kind(raw: &[u8]) -> ErrorKind {

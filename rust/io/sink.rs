@@ -235,8 +235,10 @@ mod tests {
         }
     }
 
-    #[test]
-    fn chunks_split_across_segments_and_gaps() {
+    /// Runs `fill` on a sink of `two_segments` over fresh buffers of 5 and
+    /// 12 bytes, and checks they end up holding the part's bytes 10..15 and
+    /// 20..30 (each byte its offset), the gap between them skipped.
+    fn fills_two_segments(fill: impl FnOnce(&mut PartSink<'_>)) {
         let part = two_segments();
         let (mut a, mut b) = (vec![0u8; 5], vec![0u8; 12]);
         // SAFETY: `a` and `b` outlive the sink and are untouched meanwhile.
@@ -244,51 +246,48 @@ mod tests {
             Destinations::new(vec![(a.as_mut_ptr(), a.len()), (b.as_mut_ptr(), b.len())])
         };
         let cancel = CancelToken::new();
-        let mut sink = PartSink::new(&part, &dest, &cancel);
-        let bytes: Vec<u8> = (10..30).collect();
-        for chunk in bytes.chunks(3) {
-            sink.write(chunk).unwrap();
-        }
-        assert_eq!(sink.remaining(), 0);
-        assert!(sink.write(&[1]).is_err());
+        fill(&mut PartSink::new(&part, &dest, &cancel));
         drop(dest);
         assert_eq!(a, vec![10, 11, 12, 13, 14]);
         assert_eq!(b, vec![0, 0, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29]);
     }
 
     #[test]
+    fn chunks_split_across_segments_and_gaps() {
+        fills_two_segments(|sink| {
+            let bytes: Vec<u8> = (10..30).collect();
+            for chunk in bytes.chunks(3) {
+                sink.write(chunk).unwrap();
+            }
+            assert_eq!(sink.remaining(), 0);
+            assert!(sink.write(&[1]).is_err());
+        });
+    }
+
+    #[test]
     fn reads_land_in_segments_and_gaps_in_scratch() {
-        let part = two_segments();
-        let (mut a, mut b) = (vec![0u8; 5], vec![0u8; 12]);
-        // SAFETY: `a` and `b` outlive the sink and are untouched meanwhile.
-        let dest = unsafe {
-            Destinations::new(vec![(a.as_mut_ptr(), a.len()), (b.as_mut_ptr(), b.len())])
-        };
-        let cancel = CancelToken::new();
-        let mut sink = PartSink::new(&part, &dest, &cancel);
-        let mut scratch = [0u8; 3];
-        let mut lens = Vec::new();
-        // A reader that fills at most 4 bytes of each buffer it is given.
-        loop {
-            let at = sink.position();
-            let buf = sink.next_buf(&mut scratch, 4).unwrap();
-            if buf.is_empty() {
-                break;
+        fills_two_segments(|sink| {
+            let mut scratch = [0u8; 3];
+            let mut lens = Vec::new();
+            // A reader that fills at most 4 bytes of each buffer it is given.
+            loop {
+                let at = sink.position();
+                let buf = sink.next_buf(&mut scratch, 4).unwrap();
+                if buf.is_empty() {
+                    break;
+                }
+                let n = buf.len().min(4);
+                for (i, byte) in buf[..n].iter_mut().enumerate() {
+                    *byte = (at + i as u64) as u8;
+                }
+                lens.push(n);
+                sink.advance(n);
             }
-            let n = buf.len().min(4);
-            for (i, byte) in buf[..n].iter_mut().enumerate() {
-                *byte = (at + i as u64) as u8;
-            }
-            lens.push(n);
-            sink.advance(n);
-        }
-        assert_eq!(sink.remaining(), 0);
-        assert!(sink.first_byte().is_some());
-        // 10..14, 14..15, gap 15..18 and 18..20 in scratch, then 20..30.
-        assert_eq!(lens, vec![4, 1, 3, 2, 4, 4, 2]);
-        drop(dest);
-        assert_eq!(a, vec![10, 11, 12, 13, 14]);
-        assert_eq!(b, vec![0, 0, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29]);
+            assert_eq!(sink.remaining(), 0);
+            assert!(sink.first_byte().is_some());
+            // 10..14, 14..15, gap 15..18 and 18..20 in scratch, then 20..30.
+            assert_eq!(lens, vec![4, 1, 3, 2, 4, 4, 2]);
+        });
     }
 
     #[test]

@@ -39,26 +39,23 @@ fn item(id: u32, src: u64, dst: u64, width: u64, height: u64, sp: u64, dp: u64) 
     }
 }
 
+/// A byte copy of `len` bytes from the slab's `src` to `target`'s `dst`.
+fn byte(target: u32, src: u64, dst: u64, len: u64) -> ByteOp {
+    ByteOp {
+        target,
+        src,
+        dst,
+        len,
+    }
+}
+
 #[test]
 fn bound_ops_are_copied_and_the_rest_handed_back() {
     let slab: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
     let mut regions = vec![vec![0u8; 64]];
     let d = dests(&mut regions, vec![Some(0), None], vec![None]);
     let ops = BatchOps {
-        bytes: vec![
-            ByteOp {
-                target: 0,
-                src: 10,
-                dst: 4,
-                len: 20,
-            },
-            ByteOp {
-                target: 1,
-                src: 0,
-                dst: 0,
-                len: 8,
-            },
-        ],
+        bytes: vec![byte(0, 10, 4, 20), byte(1, 0, 0, 8)],
         items: vec![item(0, 0, 0, 8, 1, 8, 8)],
     };
     let left = d.copy(&ops, &slab).unwrap();
@@ -132,49 +129,18 @@ fn out_of_bounds_and_overlapping_copies_are_refused_before_any_byte_moves() {
     let mut regions = vec![vec![0u8; 32]];
     let d = dests(&mut regions, vec![Some(0)], vec![]);
     let past_region = BatchOps {
-        bytes: vec![
-            ByteOp {
-                target: 0,
-                src: 0,
-                dst: 0,
-                len: 8,
-            },
-            ByteOp {
-                target: 0,
-                src: 0,
-                dst: 28,
-                len: 8,
-            },
-        ],
+        bytes: vec![byte(0, 0, 0, 8), byte(0, 0, 28, 8)],
         items: vec![],
     };
     let err = d.copy(&past_region, &slab).unwrap_err();
     assert!(err.to_string().contains("out of bounds"), "{err}");
     let past_slab = BatchOps {
-        bytes: vec![ByteOp {
-            target: 0,
-            src: 60,
-            dst: 0,
-            len: 8,
-        }],
+        bytes: vec![byte(0, 60, 0, 8)],
         items: vec![],
     };
     assert!(d.copy(&past_slab, &slab).is_err());
     let overlapping = BatchOps {
-        bytes: vec![
-            ByteOp {
-                target: 0,
-                src: 0,
-                dst: 0,
-                len: 8,
-            },
-            ByteOp {
-                target: 0,
-                src: 8,
-                dst: 4,
-                len: 8,
-            },
-        ],
+        bytes: vec![byte(0, 0, 0, 8), byte(0, 8, 4, 8)],
         items: vec![],
     };
     let err = d.copy(&overlapping, &slab).unwrap_err();

@@ -14,16 +14,24 @@ fn bytes(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 7 + 3) as u8).collect()
 }
 
-/// An entry of `tag` (opened in `dir`) holding all of `data`.
-fn filled(dir: &Path, tag: &str, data: &[u8]) -> Entry {
-    let e = Entry::open(dir, "k", &want(tag, data.len() as u64))
-        .unwrap()
-        .unwrap();
+/// The entry of `tag` and `size` in `dir`, opened (made if need be).
+fn opened(dir: &Path, tag: &str, size: u64) -> Entry {
+    Entry::open(dir, "k", &want(tag, size)).unwrap().unwrap()
+}
+
+/// Stores all of `data` in `e` from offset 0.
+fn store_all(e: &Entry, data: &[u8]) {
     e.store(&[Span {
         start: 0,
         bufs: vec![data],
     }])
     .unwrap();
+}
+
+/// An entry of `tag` (opened in `dir`) holding all of `data`.
+fn filled(dir: &Path, tag: &str, data: &[u8]) -> Entry {
+    let e = opened(dir, tag, data.len() as u64);
+    store_all(&e, data);
     e
 }
 
@@ -57,9 +65,7 @@ fn stored_spans_are_read_back_by_another_opener_and_split_at_blocks() {
     let dir = tempfile::tempdir().unwrap();
     let size = 2 * BLOCK + 100;
     let data = bytes(size as usize);
-    let a = Entry::open(dir.path(), "k", &want("v1", size))
-        .unwrap()
-        .unwrap();
+    let a = opened(dir.path(), "v1", size);
     // Two segments that follow each other: one span across a block edge.
     let (x, y) = (BLOCK - 10, BLOCK + 30);
     let span = Span {
@@ -74,9 +80,7 @@ fn stored_spans_are_read_back_by_another_opener_and_split_at_blocks() {
         a.with_pieces(|p| p.overlapping(0, size).count()).unwrap(),
         2
     );
-    let b = Entry::open(dir.path(), "k", &want("v1", size))
-        .unwrap()
-        .unwrap();
+    let b = opened(dir.path(), "v1", size);
     assert_eq!(
         read(&b, x + 5, y).unwrap(),
         &data[x as usize + 5..y as usize]
@@ -117,11 +121,7 @@ fn corrupt_or_truncated_data_fails_its_check_and_a_dropped_piece_is_refilled() {
     );
     e.drop_piece(&piece).unwrap();
     assert!(read(&e, 0, 1000).is_none());
-    e.store(&[Span {
-        start: 0,
-        bufs: vec![&data],
-    }])
-    .unwrap();
+    store_all(&e, &data);
     assert_eq!(read(&e, 0, 1000).unwrap(), data);
     f.set_len(600).unwrap();
     assert!(
@@ -140,9 +140,7 @@ fn a_new_version_replaces_the_entry_unless_the_old_one_is_open() {
         .unwrap()
         .is_none());
     drop(old);
-    let new = Entry::open(dir.path(), "k", &want("v2", 100))
-        .unwrap()
-        .unwrap();
+    let new = opened(dir.path(), "v2", 100);
     assert!(
         read(&new, 0, 100).is_none(),
         "nothing of v1 is served as v2"
@@ -150,9 +148,7 @@ fn a_new_version_replaces_the_entry_unless_the_old_one_is_open() {
     let files = std::fs::read_dir(dir.path()).unwrap().count();
     assert_eq!(files, 3, "lock, manifest and the new data file only");
     drop(new);
-    let v1 = Entry::open(dir.path(), "k", &want("v1", 100))
-        .unwrap()
-        .unwrap();
+    let v1 = opened(dir.path(), "v1", 100);
     assert!(read(&v1, 0, 1).is_none());
 }
 
@@ -160,33 +156,19 @@ fn a_new_version_replaces_the_entry_unless_the_old_one_is_open() {
 fn a_torn_manifest_or_missing_data_file_makes_a_fresh_entry() {
     let dir = tempfile::tempdir().unwrap();
     let data = bytes(100);
-    let e = Entry::open(dir.path(), "k", &want("v1", 100))
-        .unwrap()
-        .unwrap();
-    e.store(&[Span {
-        start: 0,
-        bufs: vec![&data],
-    }])
-    .unwrap();
+    let e = opened(dir.path(), "v1", 100);
+    store_all(&e, &data);
     drop(e);
     let manifest = dir.path().join("k.manifest");
     let len = std::fs::metadata(&manifest).unwrap().len();
     let f = OpenOptions::new().write(true).open(&manifest).unwrap();
     f.set_len(len - 3).unwrap();
-    let e = Entry::open(dir.path(), "k", &want("v1", 100))
-        .unwrap()
-        .unwrap();
+    let e = opened(dir.path(), "v1", 100);
     assert!(read(&e, 0, 100).is_none(), "the torn record is not trusted");
     drop(e);
     f.set_len(10).unwrap();
-    let e = Entry::open(dir.path(), "k", &want("v1", 100))
-        .unwrap()
-        .unwrap();
-    e.store(&[Span {
-        start: 0,
-        bufs: vec![&data],
-    }])
-    .unwrap();
+    let e = opened(dir.path(), "v1", 100);
+    store_all(&e, &data);
     assert_eq!(read(&e, 0, 100).unwrap(), data);
 }
 
@@ -212,9 +194,7 @@ fn writers_on_many_threads_leave_one_consistent_entry() {
             });
         }
     });
-    let e = Entry::open(dir.path(), "k", &want("v1", size))
-        .unwrap()
-        .unwrap();
+    let e = opened(dir.path(), "v1", size);
     assert_eq!(read(&e, 0, size).unwrap(), data);
     let records = std::fs::metadata(dir.path().join("k.manifest"))
         .unwrap()
@@ -249,9 +229,7 @@ fn a_settled_checked_piece_is_sealed_until_its_data_file_changes() {
     let (_, served) = read_all(&e, size);
     assert_eq!(served.checked.len(), 2, "checked once more, then sealed");
     // Another process sees the seals: it trusts what checked.
-    let other = Entry::open(dir.path(), "k", &want("v1", size))
-        .unwrap()
-        .unwrap();
+    let other = opened(dir.path(), "v1", size);
     let (out, served) = read_all(&other, size);
     assert_eq!(out, data);
     assert_eq!((served.checked.len(), served.bytes), (0, size));
