@@ -49,6 +49,35 @@ impl Timing {
     }
 }
 
+/// When a request was sent and when its answer's head came back, for the
+/// [`Timing`] of the read once its body has ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Answered {
+    sent: Instant,
+    at: Instant,
+}
+
+impl Answered {
+    /// The read's timing, its body having just ended.
+    pub fn timing(self) -> Timing {
+        Timing::since(self.sent, self.at)
+    }
+}
+
+/// Sends `request` (a future that ends with the response's head) and
+/// notes when, for every network read timed the same way.
+pub async fn answered<T>(request: impl Future<Output = Result<T>>) -> Result<(T, Answered)> {
+    let sent = Instant::now();
+    let head = request.await?;
+    Ok((
+        head,
+        Answered {
+            sent,
+            at: Instant::now(),
+        },
+    ))
+}
+
 /// One part to fetch: the plan's part, the destinations its segments land
 /// in, and the token that stops it.
 pub struct PartJob {

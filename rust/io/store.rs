@@ -5,10 +5,12 @@
 //! the one a location names. Everything above io goes through here, so a
 //! new backend is its folder and one registry line.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::retry::{retrying, RetryPolicy};
 pub use super::source::Fut;
 use super::source::{BoxFuture, RangeSource};
 use crate::cancel::CancelToken;
@@ -84,6 +86,34 @@ macro_rules! upload_by_inherent_methods {
     };
 }
 pub(crate) use upload_by_inherent_methods;
+
+/// A source that can GET its whole object unpinned (a small object beside
+/// tensor files: the shard manifest).
+pub trait WholeGet: Send + Sync {
+    /// One attempt at the whole object, at most `max_bytes` of it.
+    fn get_whole<'a>(
+        &'a self,
+        max_bytes: u64,
+        cancel: &'a CancelToken,
+    ) -> impl Future<Output = Result<Vec<u8>>> + Send + 'a;
+}
+
+/// `Store::get` through `src`'s whole-object GET, retried by `retry`.
+pub fn get_whole<'a, S: WholeGet + 'a>(
+    src: Result<S>,
+    loc: &'a Location,
+    retry: &'a RetryPolicy,
+    max_bytes: u64,
+    cancel: &'a CancelToken,
+) -> Fut<'a, Option<Vec<u8>>> {
+    Box::pin(async move {
+        let src = src?;
+        found(
+            retrying(retry, cancel, || src.get_whole(max_bytes, cancel)).await,
+            loc,
+        )
+    })
+}
 
 /// A future of `value`, for operations a store answers without waiting.
 pub fn ready<'a, T: Send + 'a>(value: Result<T>) -> Fut<'a, T> {

@@ -53,6 +53,32 @@ pub fn endpoint(opts: &GcsOptions, emulator: Option<&str>) -> (Option<String>, b
     }
 }
 
+/// A malformed service-account file, for the clients' tests.
+#[cfg(all(test, feature = "gcs"))]
+mod bad_key {
+    use std::path::{Path, PathBuf};
+
+    use crate::error::{Error, ErrorKind};
+
+    const KEY: &str = "c2VjcmV0LWtleS1tYXRlcmlhbA==";
+
+    /// `sa.json` in `dir`, cut off inside its private key.
+    pub fn truncated(dir: &Path) -> PathBuf {
+        let path = dir.join("sa.json");
+        let pem = format!("-----BEGIN PRIVATE KEY-----\n{KEY}");
+        std::fs::write(&path, format!("{{\"private_key\": \"{pem}")).unwrap();
+        path
+    }
+
+    /// Whether `err` is an auth error that names the file and shows none
+    /// of its key.
+    pub fn refused_quietly(err: &Error) {
+        assert_eq!(err.kind(), ErrorKind::Auth);
+        let text = err.to_string();
+        assert!(text.contains("sa.json") && !text.contains(KEY), "{text}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,19 +7,20 @@
 //! GCS emulator ignores If-Match, as some stores do).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, GetResult, ObjectStore, ObjectStoreExt};
 
 use super::{client, GcsOptions};
+use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::capped::CappedBody;
 use crate::io::ranged::{ETag, Fetched, RangedObject, Remote};
 use crate::io::retry::RetryPolicy;
 use crate::io::sink::PartSink;
-use crate::io::source::Timing;
+use crate::io::source::answered;
+use crate::io::store::WholeGet;
 use crate::location::Location;
 
 pub struct GcsSource {
@@ -41,23 +42,6 @@ impl GcsSource {
             path,
             remote: Remote::new(shown, policy),
         })
-    }
-
-    /// One unpinned GET of the whole object, at most `max_bytes`.
-    pub async fn get_whole(&self, max_bytes: u64) -> Result<Vec<u8>> {
-        let got = self
-            .store
-            .get_opts(&self.path, GetOptions::default())
-            .await
-            .map_err(map)?;
-        let end = got.meta.size;
-        // Checked before the body is read, and again as it arrives.
-        let mut body = CappedBody::new(Some(end), max_bytes)?;
-        let mut stream = got.into_stream();
-        while let Some(chunk) = stream.next().await {
-            body.push(&chunk.map_err(|e| body_error(e, 0, end))?)?;
-        }
-        body.finish()
     }
 
     /// Deletes the object; one that does not exist is no error.
@@ -110,18 +94,30 @@ fn body_error(e: object_store::Error, start: u64, end: u64) -> Error {
     Error::new(ErrorKind::Network, format!("response body broke off: {e}")).with_range(start..end)
 }
 
+impl WholeGet for GcsSource {
+    async fn get_whole(&self, max_bytes: u64, _: &CancelToken) -> Result<Vec<u8>> {
+        let got = self
+            .store
+            .get_opts(&self.path, GetOptions::default())
+            .await
+            .map_err(map)?;
+        let end = got.meta.size;
+        // Checked before the body is read, and again as it arrives.
+        let mut body = CappedBody::new(Some(end), max_bytes)?;
+        let mut stream = got.into_stream();
+        while let Some(chunk) = stream.next().await {
+            body.push(&chunk.map_err(|e| body_error(e, 0, end))?)?;
+        }
+        body.finish()
+    }
+}
+
 impl RangedObject for GcsSource {
     type Version = ETag;
 
-    fn remote(&self) -> &Remote<ETag> {
-        &self.remote
-    }
-
     async fn get_once(&self, start: u64, len: u64) -> Result<Fetched<ETag>> {
         let end = start + len;
-        let sent = Instant::now();
-        let got = self.get(start, end).await?;
-        let answered = Instant::now();
+        let (got, head) = answered(self.get(start, end)).await?;
         let total = Some(got.meta.size);
         let version = ETag(got.meta.e_tag.clone());
         let bytes = got.bytes().await.map_err(|e| body_error(e, start, end))?;
@@ -129,8 +125,12 @@ impl RangedObject for GcsSource {
             bytes: bytes.to_vec(),
             total,
             version,
-            timing: Some(Timing::since(sent, answered)),
+            timing: Some(head.timing()),
         })
+    }
+
+    fn remote(&self) -> &Remote<ETag> {
+        &self.remote
     }
 
     async fn head_once(&self) -> Result<Option<Fetched<ETag>>> {

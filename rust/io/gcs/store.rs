@@ -48,7 +48,7 @@ mod enabled {
     use crate::io::gcs::{GcsSource, GcsUpload};
     use crate::io::retry::{retrying, RetryPolicy};
     use crate::io::source::RangeSource;
-    use crate::io::store::{found, ready, upload_by_inherent_methods, Fut, Store, Upload};
+    use crate::io::store::{get_whole, ready, upload_by_inherent_methods, Fut, Store, Upload};
     use crate::location::Location;
 
     pub struct GcsStore {
@@ -73,11 +73,7 @@ mod enabled {
         }
 
         fn get<'a>(&'a self, max_bytes: u64, cancel: &'a CancelToken) -> Fut<'a, Option<Vec<u8>>> {
-            Box::pin(async move {
-                let src = self.source()?;
-                let got = retrying(&self.retry, cancel, || src.get_whole(max_bytes)).await;
-                found(got, &self.loc)
-            })
+            get_whole(self.source(), &self.loc, &self.retry, max_bytes, cancel)
         }
 
         /// One upload: readers see the old object or the new one.

@@ -4,8 +4,6 @@
 
 mod store;
 
-use std::time::Instant;
-
 use reqwest::header::{
     HeaderMap, HeaderName, CONTENT_LENGTH, CONTENT_RANGE, ETAG, IF_MATCH, LAST_MODIFIED, RANGE,
 };
@@ -18,7 +16,8 @@ use super::http_client::ClientSpec;
 use super::ranged::{Fetched, RangedObject, Remote, Version};
 use super::retry::RetryPolicy;
 use super::sink::PartSink;
-use super::source::Timing;
+use super::source::answered;
+use super::store::WholeGet;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::location::Location;
@@ -93,26 +92,6 @@ impl HttpSource {
             direct: Direct::for_url(url),
             remote: Remote::new(shown, policy),
         })
-    }
-
-    /// One unpinned GET of the whole object, at most `max_bytes` (small
-    /// objects, `io::object`).
-    pub async fn get_whole(&self, max_bytes: u64, cancel: &CancelToken) -> Result<Vec<u8>> {
-        let mut resp = self
-            .client()?
-            .get(&self.url)
-            .send()
-            .await
-            .map_err(|e| transport_error(&e))?;
-        if resp.status() != StatusCode::OK {
-            return Err(status_error(resp.status()));
-        }
-        let mut body = CappedBody::new(resp.content_length(), max_bytes)?;
-        while let Some(chunk) = resp.chunk().await.map_err(|e| transport_error(&e))? {
-            cancel.check()?;
-            body.push(&chunk)?;
-        }
-        body.finish()
     }
 
     fn client(&self) -> Result<std::sync::Arc<reqwest::Client>> {
@@ -224,6 +203,26 @@ pub(crate) fn status_error(status: StatusCode) -> Error {
     Error::new(kind, msg)
 }
 
+impl WholeGet for HttpSource {
+    async fn get_whole(&self, max_bytes: u64, cancel: &CancelToken) -> Result<Vec<u8>> {
+        let mut resp = self
+            .client()?
+            .get(&self.url)
+            .send()
+            .await
+            .map_err(|e| transport_error(&e))?;
+        if resp.status() != StatusCode::OK {
+            return Err(status_error(resp.status()));
+        }
+        let mut body = CappedBody::new(resp.content_length(), max_bytes)?;
+        while let Some(chunk) = resp.chunk().await.map_err(|e| transport_error(&e))? {
+            cancel.check()?;
+            body.push(&chunk)?;
+        }
+        body.finish()
+    }
+}
+
 impl RangedObject for HttpSource {
     type Version = Pin;
 
@@ -258,9 +257,7 @@ impl RangedObject for HttpSource {
     }
 
     async fn get_once(&self, start: u64, len: u64) -> Result<Fetched<Pin>> {
-        let sent = Instant::now();
-        let resp = self.send(start, start + len).await?;
-        let answered = Instant::now();
+        let (resp, head) = answered(self.send(start, start + len)).await?;
         let status = resp.status();
         let headers = resp.headers();
         let partial = status == StatusCode::PARTIAL_CONTENT;
@@ -288,7 +285,7 @@ impl RangedObject for HttpSource {
             bytes: body.to_vec(),
             total,
             version,
-            timing: Some(Timing::since(sent, answered)),
+            timing: Some(head.timing()),
         })
     }
 
@@ -324,23 +321,15 @@ mod tests {
 
     #[test]
     fn statuses_map_to_kinds() {
-        assert_eq!(status_error(StatusCode::FORBIDDEN).kind(), ErrorKind::Auth);
-        assert_eq!(
-            status_error(StatusCode::NOT_FOUND).kind(),
-            ErrorKind::NotFound
-        );
-        assert_eq!(
-            status_error(StatusCode::PRECONDITION_FAILED).kind(),
-            ErrorKind::Changed
-        );
-        assert_eq!(
-            status_error(StatusCode::SERVICE_UNAVAILABLE).kind(),
-            ErrorKind::Throttled
-        );
-        assert_eq!(
-            status_error(StatusCode::BAD_GATEWAY).kind(),
-            ErrorKind::Network
-        );
+        for (status, kind) in [
+            (StatusCode::FORBIDDEN, ErrorKind::Auth),
+            (StatusCode::NOT_FOUND, ErrorKind::NotFound),
+            (StatusCode::PRECONDITION_FAILED, ErrorKind::Changed),
+            (StatusCode::SERVICE_UNAVAILABLE, ErrorKind::Throttled),
+            (StatusCode::BAD_GATEWAY, ErrorKind::Network),
+        ] {
+            assert_eq!(status_error(status).kind(), kind, "{status}");
+        }
     }
 
     fn pin(name: reqwest::header::HeaderName, value: &str) -> Pin {

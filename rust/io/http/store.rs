@@ -7,9 +7,9 @@ use std::sync::Arc;
 use super::HttpSource;
 use crate::cancel::CancelToken;
 use crate::error::Result;
-use crate::io::retry::{retrying, RetryPolicy};
+use crate::io::retry::RetryPolicy;
 use crate::io::source::RangeSource;
-use crate::io::store::{found, read_only, ready, Fut, Store, Upload};
+use crate::io::store::{get_whole, read_only, ready, Fut, Store, Upload};
 use crate::io::tls::TlsOptions;
 use crate::location::Location;
 
@@ -47,11 +47,7 @@ impl Store for HttpStore {
     }
 
     fn get<'a>(&'a self, max_bytes: u64, cancel: &'a CancelToken) -> Fut<'a, Option<Vec<u8>>> {
-        Box::pin(async move {
-            let src = self.source()?;
-            let got = retrying(&self.retry, cancel, || src.get_whole(max_bytes, cancel)).await;
-            found(got, &self.loc)
-        })
+        get_whole(self.source(), &self.loc, &self.retry, max_bytes, cancel)
     }
 
     fn put<'a>(&'a self, _: &'a [u8], _: &'a CancelToken) -> Fut<'a, ()> {

@@ -17,8 +17,6 @@ pub use client::S3Client;
 pub use store::S3Store;
 pub use upload::{S3Upload, MIN_PART};
 
-use std::time::Instant;
-
 use aws_sdk_s3::operation::get_object::GetObjectOutput;
 
 pub use config::{Addressing, CredentialSource, EnvSnapshot, S3Options};
@@ -27,7 +25,7 @@ use self::direct::{S3Direct, Sent};
 use super::content_range;
 use super::ranged::{ETag, Fetched, RangedObject, Remote};
 use super::sink::PartSink;
-use super::source::Timing;
+use super::source::answered;
 use crate::error::{Error, ErrorKind, Result};
 
 pub struct S3Source {
@@ -113,9 +111,7 @@ impl RangedObject for S3Source {
 
     async fn get_once(&self, start: u64, len: u64) -> Result<Fetched<ETag>> {
         let end = start + len;
-        let sent = Instant::now();
-        let out = self.get(start, end).await?;
-        let answered = Instant::now();
+        let (out, head) = answered(self.get(start, end)).await?;
         let total = content_range::check(out.content_range(), false, start, end)?.or_else(|| {
             out.content_length()
                 .and_then(|l| u64::try_from(l).ok())
@@ -130,7 +126,7 @@ impl RangedObject for S3Source {
             bytes: bytes.to_vec(),
             total,
             version: etag,
-            timing: Some(Timing::since(sent, answered)),
+            timing: Some(head.timing()),
         })
     }
 
