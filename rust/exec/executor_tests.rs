@@ -43,14 +43,8 @@ pub(super) fn setup(fail_at: Vec<u64>) -> (Arc<MockSource>, ReadPlan, Vec<u8>) {
 fn all_parts_land_with_bounded_concurrency() {
     let (src, plan, bytes) = setup(vec![]);
     let mut out = vec![0u8; bytes.len()];
-    let stats = run(
-        src.clone(),
-        plan,
-        &mut out,
-        ExecOptions::new(5),
-        &CancelToken::new(),
-    )
-    .unwrap();
+    let opts = ExecOptions::new(5);
+    let stats = run(src.clone(), plan, &mut out, opts, &CancelToken::new()).unwrap();
     assert_eq!(out, bytes);
     assert_eq!(stats.requests, 64);
     assert_eq!(stats.bytes_fetched, bytes.len() as u64);
@@ -70,16 +64,9 @@ fn staging_budget_bounds_parts_in_flight() {
     let mut out = vec![0u8; bytes.len()];
     let progress = Arc::new(AtomicU64::new(0));
     let opts = ExecOptions {
-        concurrency: 8,
         staging_budget: Some(25_000),
         progress: Some(Arc::clone(&progress)),
-        on_landed: None,
-        max_concurrency: None,
-        throughput_target: None,
-        join_up_to: None,
-        in_turn: None,
-        near: None,
-        gate: None,
+        ..ExecOptions::new(8)
     };
     let stats = run(src.clone(), plan, &mut out, opts, &CancelToken::new()).unwrap();
     assert_eq!(out, bytes);
@@ -115,14 +102,8 @@ fn a_part_larger_than_the_budget_is_refused_before_any_read() {
 fn first_failure_stops_the_rest_and_waits_for_started_parts() {
     let (src, plan, _) = setup(vec![3 * 1024]);
     let mut out = vec![0u8; 64 * 1024];
-    let err = run(
-        src.clone(),
-        plan,
-        &mut out,
-        ExecOptions::new(4),
-        &CancelToken::new(),
-    )
-    .unwrap_err();
+    let opts = ExecOptions::new(4);
+    let err = run(src.clone(), plan, &mut out, opts, &CancelToken::new()).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Network);
     assert_eq!(err.range(), Some(3072..4096));
     assert_eq!(err.uri(), Some("mock://object"));

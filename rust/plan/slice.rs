@@ -106,6 +106,18 @@ mod tests {
     use crate::plan::{plan_reads, PlanOptions};
     use proptest::prelude::*;
 
+    fn cut(dim: usize, ranges: &[(u64, u64)]) -> TensorSlice {
+        TensorSlice {
+            dim,
+            ranges: ranges.to_vec(),
+        }
+    }
+
+    /// Each want's (offset, len, slot offset).
+    fn runs(w: &[Want]) -> Vec<(u64, u64, u64)> {
+        w.iter().map(|w| (w.offset, w.len, w.slot_offset)).collect()
+    }
+
     /// The reference: slicing by walking every element.
     fn naive(shape: &[u64], itemsize: usize, data: &[u8], slice: &TensorSlice) -> Vec<u8> {
         let dim = slice.dim;
@@ -125,10 +137,7 @@ mod tests {
 
     #[test]
     fn dim0_slice_is_one_range() {
-        let s = TensorSlice {
-            dim: 0,
-            ranges: vec![(2, 3)],
-        };
+        let s = cut(0, &[(2, 3)]);
         let w = slice_wants(&[8, 4], 2, 100, &s, 7).unwrap();
         assert_eq!(
             w,
@@ -145,50 +154,30 @@ mod tests {
     fn fused_dim0_parts_give_one_range_each() {
         // qkv with q=4, k=2, v=2 rows of 12 bytes; rank 1 of 2 takes
         // q[2..4], k[1..2] (row 5) and v[1..2] (row 7).
-        let s = TensorSlice {
-            dim: 0,
-            ranges: vec![(2, 2), (5, 1), (7, 1)],
-        };
+        let s = cut(0, &[(2, 2), (5, 1), (7, 1)]);
         let w = slice_wants(&[8, 3], 4, 0, &s, 0).unwrap();
-        let got: Vec<(u64, u64, u64)> =
-            w.iter().map(|w| (w.offset, w.len, w.slot_offset)).collect();
+        let got = runs(&w);
         assert_eq!(got, vec![(24, 24, 0), (60, 12, 24), (84, 12, 36)]);
         // Adjacent in the file and in the slot: merged into one range.
-        let s = TensorSlice {
-            dim: 0,
-            ranges: vec![(0, 1), (1, 2)],
-        };
+        let s = cut(0, &[(0, 1), (1, 2)]);
         assert_eq!(slice_wants(&[8, 3], 4, 0, &s, 0).unwrap().len(), 1);
     }
 
     #[test]
     fn dim1_slice_is_one_run_per_row() {
-        let s = TensorSlice {
-            dim: 1,
-            ranges: vec![(2, 2)],
-        };
+        let s = cut(1, &[(2, 2)]);
         let w = slice_wants(&[3, 8], 1, 0, &s, 0).unwrap();
-        let got: Vec<(u64, u64, u64)> =
-            w.iter().map(|w| (w.offset, w.len, w.slot_offset)).collect();
+        let got = runs(&w);
         assert_eq!(got, vec![(2, 2, 0), (10, 2, 2), (18, 2, 4)]);
     }
 
     #[test]
     fn bad_slices_are_errors() {
-        let s = TensorSlice {
-            dim: 2,
-            ranges: vec![(0, 1)],
-        };
+        let s = cut(2, &[(0, 1)]);
         assert!(slice_wants(&[2, 2], 1, 0, &s, 0).is_err());
-        let s = TensorSlice {
-            dim: 0,
-            ranges: vec![(1, 2)],
-        };
+        let s = cut(0, &[(1, 2)]);
         assert!(slice_wants(&[2, 2], 1, 0, &s, 0).is_err());
-        let s = TensorSlice {
-            dim: 0,
-            ranges: vec![(u64::MAX, 2)],
-        };
+        let s = cut(0, &[(u64::MAX, 2)]);
         assert!(slice_wants(&[2, 2], 1, 0, &s, 0).is_err());
     }
 

@@ -14,6 +14,17 @@ fn write_s3cfg(dir: &tempfile::TempDir, body: &str) {
     std::fs::write(dir.path().join(".s3cfg"), body).unwrap();
 }
 
+/// What no options resolve to beside `vars`, with `s3cfg` (if any) as
+/// `~/.s3cfg`.
+fn by_default(vars: &[(&str, &str)], s3cfg: Option<&str>) -> Resolved {
+    let home = tempfile::tempdir().unwrap();
+    if let Some(body) = s3cfg {
+        write_s3cfg(&home, body);
+    }
+    let home = s3cfg.map(|_| home.path().into());
+    resolve(&S3Options::default(), &env(vars, home)).unwrap()
+}
+
 #[test]
 fn explicit_keys_beat_everything() {
     let r = resolve(
@@ -58,21 +69,15 @@ fn half_explicit_keys_are_an_error() {
 
 #[test]
 fn vllm_variables_beat_s3cfg_and_aws() {
-    let home = tempfile::tempdir().unwrap();
-    write_s3cfg(&home, "[default]\naccess_key = cfg\nsecret_key = cfgs\n");
-    let r = resolve(
-        &S3Options::default(),
-        &env(
-            &[
-                ("S3_ACCESS_KEY_ID", "vllm"),
-                ("S3_SECRET_ACCESS_KEY", "vs"),
-                ("S3_ENDPOINT_URL", "http://127.0.0.1:9000"),
-                ("AWS_ACCESS_KEY_ID", "aws"),
-            ],
-            Some(home.path().into()),
-        ),
-    )
-    .unwrap();
+    let r = by_default(
+        &[
+            ("S3_ACCESS_KEY_ID", "vllm"),
+            ("S3_SECRET_ACCESS_KEY", "vs"),
+            ("S3_ENDPOINT_URL", "http://127.0.0.1:9000"),
+            ("AWS_ACCESS_KEY_ID", "aws"),
+        ],
+        Some("[default]\naccess_key = cfg\nsecret_key = cfgs\n"),
+    );
     assert_eq!(r.source, CredentialSource::VllmEnv);
     assert_eq!(r.keys.unwrap().access_key_id, "vllm");
     assert_eq!(r.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
@@ -81,59 +86,37 @@ fn vllm_variables_beat_s3cfg_and_aws() {
 
 #[test]
 fn s3cfg_supplies_keys_and_endpoint_with_its_scheme() {
-    let home = tempfile::tempdir().unwrap();
-    write_s3cfg(
-        &home,
-        "[default]\naccess_key = cfg\nsecret_key = cfgs\nhost_base = 127.0.0.1:8333\nuse_https = False\n",
+    let r = by_default(
+        &[("AWS_ENDPOINT_URL", "https://aws.example")],
+        Some("[default]\naccess_key = cfg\nsecret_key = cfgs\nhost_base = 127.0.0.1:8333\nuse_https = False\n"),
     );
-    let r = resolve(
-        &S3Options::default(),
-        &env(
-            &[("AWS_ENDPOINT_URL", "https://aws.example")],
-            Some(home.path().into()),
-        ),
-    )
-    .unwrap();
     assert_eq!(r.source, CredentialSource::S3cfg);
     assert_eq!(r.endpoint.as_deref(), Some("http://127.0.0.1:8333"));
 }
 
 #[test]
 fn s3cfg_without_both_keys_falls_through_to_aws() {
-    let home = tempfile::tempdir().unwrap();
-    write_s3cfg(
-        &home,
-        "[default]\naccess_key = only\nhost_base = ignored:1\n",
+    let r = by_default(
+        &[("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1")],
+        Some("[default]\naccess_key = only\nhost_base = ignored:1\n"),
     );
-    let r = resolve(
-        &S3Options::default(),
-        &env(
-            &[("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1")],
-            Some(home.path().into()),
-        ),
-    )
-    .unwrap();
     assert_eq!(r.source, CredentialSource::AwsChain);
     assert_eq!(r.endpoint.as_deref(), Some("http://127.0.0.1:1"));
 }
 
 #[test]
 fn endpoint_order_and_region() {
-    let r = resolve(
-        &S3Options::default(),
-        &env(
-            &[
-                ("AWS_ENDPOINT_URL_S3", "http://s3-specific"),
-                ("AWS_ENDPOINT_URL", "http://generic"),
-                ("AWS_DEFAULT_REGION", "eu-west-1"),
-            ],
-            None,
-        ),
-    )
-    .unwrap();
+    let r = by_default(
+        &[
+            ("AWS_ENDPOINT_URL_S3", "http://s3-specific"),
+            ("AWS_ENDPOINT_URL", "http://generic"),
+            ("AWS_DEFAULT_REGION", "eu-west-1"),
+        ],
+        None,
+    );
     assert_eq!(r.endpoint.as_deref(), Some("http://s3-specific"));
     assert_eq!(r.region.as_deref(), Some("eu-west-1"));
-    let r = resolve(&S3Options::default(), &env(&[], None)).unwrap();
+    let r = by_default(&[], None);
     assert_eq!(r.endpoint, None);
     assert!(!r.force_path_style, "AWS itself uses virtual hosts");
 }
