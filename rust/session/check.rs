@@ -4,6 +4,7 @@
 //! while it is still in cache), and once it is complete the stored hashes
 //! compared and meta tensors zero-filled.
 
+use std::marker::PhantomData;
 use std::sync::{Mutex, MutexGuard};
 
 use super::{LoadOptions, TensorFile};
@@ -41,7 +42,7 @@ impl<'a> Checks<'a> {
     pub(super) fn new(
         file: &'a TensorFile,
         selection: &'a [usize],
-        headers: SharedRegions<'a>,
+        headers: &'a mut [Vec<u8>],
         dests: &'a DataRegions,
         opts: &'a LoadOptions,
         cancel: &'a CancelToken,
@@ -50,7 +51,7 @@ impl<'a> Checks<'a> {
         Checks {
             file,
             selection,
-            headers,
+            headers: SharedRegions::of(headers),
             dests,
             opts,
             cancel,
@@ -278,11 +279,16 @@ unsafe impl Sync for DataRegions {}
 // SAFETY: as above; the pointers are only dereferenced under that rule.
 unsafe impl Send for DataRegions {}
 
-/// Record-header buffers or the caller's regions, shareable with the
-/// threads that check tensors as they land.
-pub(super) struct SharedRegions<'a>(pub(super) &'a [(*mut u8, usize)]);
+/// Record-header buffers, shareable with the threads that check tensors
+/// as they land; borrowed for as long as the checks live.
+struct SharedRegions<'a>(Vec<(*mut u8, usize)>, PhantomData<&'a mut [Vec<u8>]>);
 
-impl SharedRegions<'_> {
+impl<'a> SharedRegions<'a> {
+    fn of(headers: &'a mut [Vec<u8>]) -> SharedRegions<'a> {
+        let regions = headers.iter_mut().map(|h| (h.as_mut_ptr(), h.len()));
+        SharedRegions(regions.collect(), PhantomData)
+    }
+
     fn get(&self, i: usize) -> (*mut u8, usize) {
         self.0[i]
     }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::check::{Checks, DataRegions, SharedRegions};
+use super::check::{Checks, DataRegions};
 use super::reads::{check_threads, load_stats, staging_budget};
 use super::regions::{destinations, zero_regions};
 use super::{LoadOptions, LoadStats, TensorFile};
@@ -234,20 +234,9 @@ impl TensorFile {
             }),
             stream: Checks::streams(opts),
         };
-        let header_regions: Vec<(*mut u8, usize)> = headers
-            .iter_mut()
-            .map(|h| (h.as_mut_ptr(), h.len()))
-            .collect();
         let threads = check_threads(opts, selection.len());
         let regions = DataRegions::whole(dests);
-        let checks = Checks::new(
-            self,
-            selection,
-            SharedRegions(&header_regions),
-            &regions,
-            opts,
-            cancel,
-        );
+        let checks = Checks::new(self, selection, headers, &regions, opts, cancel);
         let rt = runtime()?;
         overlap(
             items,

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::check::{Checks, DataRegions, Region, SharedRegions};
+use super::check::{Checks, DataRegions, Region};
 use super::reads::{check_threads, load_stats, staging_budget};
 use super::staged_plan::StagePlan;
 use super::{LoadOptions, LoadStats, TensorFile};
@@ -259,19 +259,8 @@ impl TensorFile {
             },
             stream: true,
         };
-        let header_regions: Vec<(*mut u8, usize)> = headers
-            .iter_mut()
-            .map(|h| (h.as_mut_ptr(), h.len()))
-            .collect();
         let regions = DataRegions::from_lists(regions);
-        let checks = Checks::new(
-            self,
-            &plan.selection,
-            SharedRegions(&header_regions),
-            &regions,
-            opts,
-            cancel,
-        );
+        let checks = Checks::new(self, &plan.selection, &mut headers, &regions, opts, cancel);
         let threads = check_threads(opts, plan.specs.len());
         let rt = runtime()?;
         let exec = overlap(

@@ -94,6 +94,13 @@ impl HttpSource {
         })
     }
 
+    /// One request of `method` without a range or a condition (a whole
+    /// small object, or a HEAD), its transport errors mapped.
+    async fn plain(&self, method: reqwest::Method) -> Result<reqwest::Response> {
+        let request = self.client()?.request(method, &self.url);
+        request.send().await.map_err(|e| transport_error(&e))
+    }
+
     fn client(&self) -> Result<std::sync::Arc<reqwest::Client>> {
         self.client
             .client()
@@ -205,12 +212,7 @@ pub(crate) fn status_error(status: StatusCode) -> Error {
 
 impl WholeGet for HttpSource {
     async fn get_whole(&self, max_bytes: u64, cancel: &CancelToken) -> Result<Vec<u8>> {
-        let mut resp = self
-            .client()?
-            .get(&self.url)
-            .send()
-            .await
-            .map_err(|e| transport_error(&e))?;
+        let mut resp = self.plain(reqwest::Method::GET).await?;
         if resp.status() != StatusCode::OK {
             return Err(status_error(resp.status()));
         }
@@ -233,12 +235,7 @@ impl RangedObject for HttpSource {
     /// A HEAD; a server that answers it with anything but 200 (some
     /// refuse the method) leaves discovery to a GET.
     async fn head_once(&self) -> Result<Option<Fetched<Pin>>> {
-        let resp = self
-            .client()?
-            .head(&self.url)
-            .send()
-            .await
-            .map_err(|e| transport_error(&e))?;
+        let resp = self.plain(reqwest::Method::HEAD).await?;
         if resp.status() != StatusCode::OK {
             return Ok(None);
         }

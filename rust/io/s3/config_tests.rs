@@ -85,23 +85,27 @@ fn vllm_variables_beat_s3cfg_and_aws() {
 }
 
 #[test]
-fn s3cfg_supplies_keys_and_endpoint_with_its_scheme() {
-    let r = by_default(
-        &[("AWS_ENDPOINT_URL", "https://aws.example")],
-        Some("[default]\naccess_key = cfg\nsecret_key = cfgs\nhost_base = 127.0.0.1:8333\nuse_https = False\n"),
-    );
-    assert_eq!(r.source, CredentialSource::S3cfg);
-    assert_eq!(r.endpoint.as_deref(), Some("http://127.0.0.1:8333"));
-}
-
-#[test]
-fn s3cfg_without_both_keys_falls_through_to_aws() {
-    let r = by_default(
-        &[("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:1")],
-        Some("[default]\naccess_key = only\nhost_base = ignored:1\n"),
-    );
-    assert_eq!(r.source, CredentialSource::AwsChain);
-    assert_eq!(r.endpoint.as_deref(), Some("http://127.0.0.1:1"));
+fn s3cfg_keys_bring_its_endpoint_with_its_scheme_and_half_keys_fall_through() {
+    let whole = "[default]\naccess_key = cfg\nsecret_key = cfgs\nhost_base = 127.0.0.1:8333\nuse_https = False\n";
+    let half = "[default]\naccess_key = only\nhost_base = ignored:1\n";
+    for (var, s3cfg, source, endpoint) in [
+        (
+            "AWS_ENDPOINT_URL",
+            whole,
+            CredentialSource::S3cfg,
+            "http://127.0.0.1:8333",
+        ),
+        (
+            "AWS_ENDPOINT_URL_S3",
+            half,
+            CredentialSource::AwsChain,
+            "http://127.0.0.1:1",
+        ),
+    ] {
+        let r = by_default(&[(var, "http://127.0.0.1:1")], Some(s3cfg));
+        assert_eq!(r.source, source);
+        assert_eq!(r.endpoint.as_deref(), Some(endpoint));
+    }
 }
 
 #[test]
