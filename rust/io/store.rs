@@ -115,6 +115,11 @@ pub fn get_whole<'a, S: WholeGet + 'a>(
     })
 }
 
+/// `Store::open` of a source opened at once (nothing to await).
+pub fn opened<'a, S: RangeSource>(source: Result<S>) -> Fut<'a, Arc<dyn RangeSource>> {
+    ready(source.map(|s| Arc::new(s) as Arc<dyn RangeSource>))
+}
+
 /// A future of `value`, for operations a store answers without waiting.
 pub fn ready<'a, T: Send + 'a>(value: Result<T>) -> Fut<'a, T> {
     Box::pin(std::future::ready(value))

@@ -13,7 +13,7 @@ use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
 use crate::io::local::{self, Partial};
 use crate::io::source::{BoxFuture, RangeSource};
-use crate::io::store::{ready, Fut, Store, Upload};
+use crate::io::store::{opened, ready, Fut, Store, Upload};
 use crate::location::Location;
 
 pub struct FileStore {
@@ -39,7 +39,7 @@ impl FileStore {
 
 impl Store for FileStore {
     fn open(&self) -> Fut<'_, Arc<dyn RangeSource>> {
-        ready(FileSource::open(&self.loc).map(|s| Arc::new(s) as Arc<dyn RangeSource>))
+        opened(FileSource::open(&self.loc))
     }
 
     fn get<'a>(&'a self, max_bytes: u64, _: &'a CancelToken) -> Fut<'a, Option<Vec<u8>>> {

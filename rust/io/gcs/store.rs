@@ -48,7 +48,7 @@ mod enabled {
     use crate::io::gcs::{GcsSource, GcsUpload};
     use crate::io::retry::{retrying, RetryPolicy};
     use crate::io::source::RangeSource;
-    use crate::io::store::{get_whole, ready, upload_by_inherent_methods, Fut, Store, Upload};
+    use crate::io::store::{get_whole, opened, upload_by_inherent_methods, Fut, Store, Upload};
     use crate::location::Location;
 
     pub struct GcsStore {
@@ -69,7 +69,7 @@ mod enabled {
 
     impl Store for GcsStore {
         fn open(&self) -> Fut<'_, Arc<dyn RangeSource>> {
-            ready(self.source().map(|s| Arc::new(s) as Arc<dyn RangeSource>))
+            opened(self.source())
         }
 
         fn get<'a>(&'a self, max_bytes: u64, cancel: &'a CancelToken) -> Fut<'a, Option<Vec<u8>>> {

@@ -9,7 +9,7 @@ use crate::cancel::CancelToken;
 use crate::error::Result;
 use crate::io::retry::RetryPolicy;
 use crate::io::source::RangeSource;
-use crate::io::store::{get_whole, read_only, ready, Fut, Store, Upload};
+use crate::io::store::{get_whole, opened, read_only, ready, Fut, Store, Upload};
 use crate::io::tls::TlsOptions;
 use crate::location::Location;
 
@@ -43,7 +43,7 @@ const SAVES: &str = "saves to";
 
 impl Store for HttpStore {
     fn open(&self) -> Fut<'_, Arc<dyn RangeSource>> {
-        ready(self.source().map(|s| Arc::new(s) as Arc<dyn RangeSource>))
+        opened(self.source())
     }
 
     fn get<'a>(&'a self, max_bytes: u64, cancel: &'a CancelToken) -> Fut<'a, Option<Vec<u8>>> {
