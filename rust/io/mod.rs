@@ -17,7 +17,6 @@ mod file;
 pub mod gcs;
 pub mod http;
 mod http_client;
-pub mod local;
 #[cfg(test)]
 pub(crate) mod mock;
 pub mod object;
@@ -33,7 +32,7 @@ pub mod spanned;
 pub mod store;
 pub mod tls;
 
-pub use file::FileSource;
+pub use file::{local, FileSource};
 pub use http::HttpSource;
 pub use options::SourceOptions;
 pub use registry::open_source;

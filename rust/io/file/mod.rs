@@ -3,6 +3,7 @@
 //! One syscall covers a record header and its data (and any small gap), so
 //! thousands of small tensors cost few syscalls and no staging copy.
 
+pub mod local;
 mod store;
 
 use std::fs::File;

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use super::local::{self, Partial};
 use super::FileSource;
 use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
-use crate::io::local::{self, Partial};
 use crate::io::source::{BoxFuture, RangeSource};
 use crate::io::store::{opened, ready, Fut, Store, Upload};
 use crate::location::Location;

@@ -5,8 +5,8 @@
 use std::fs::File;
 use std::io::Read;
 
-use super::capped::too_large;
 use crate::error::{Error, Result};
+use crate::io::capped::too_large;
 
 /// Writes the file at `path` through `write` into a partial file beside it,
 /// synced and renamed into place only when everything succeeded (removed
