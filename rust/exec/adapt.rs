@@ -131,6 +131,24 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// `n` parts of `bytes` completing `every` apart from `now` on (judged
+    /// or not); the requests they added.
+    fn complete(
+        g: &mut Growth,
+        now: &mut Instant,
+        n: usize,
+        every: Duration,
+        bytes: u64,
+        judged: bool,
+    ) -> usize {
+        (0..n)
+            .map(|_| {
+                *now += every;
+                g.completed(bytes, *now, judged)
+            })
+            .sum()
+    }
+
     /// Runs rounds where throughput is `rate(limit)`; returns the limits seen.
     fn simulate(start: usize, max: usize, rate: impl Fn(usize) -> f64) -> Vec<usize> {
         let mut now = Instant::now();
@@ -177,10 +195,8 @@ mod tests {
         let mut now = Instant::now();
         let mut g = Growth::new(8, 512, now).with_target(Some(300e6));
         // 8 parts of 10 MB in 0.2 s: 400 MB/s, past the target: no growth.
-        for _ in 0..8 {
-            now += Duration::from_millis(25);
-            assert_eq!(g.completed(10_000_000, now, true), 0);
-        }
+        let ms = Duration::from_millis(1);
+        assert_eq!(complete(&mut g, &mut now, 8, 25 * ms, 10_000_000, true), 0);
         assert_eq!(g.limit(), 8);
     }
 
@@ -188,33 +204,25 @@ mod tests {
     fn an_undone_growth_goes_back_and_stays() {
         let mut now = Instant::now();
         let mut g = Growth::new(4, 64, now);
-        for _ in 0..4 {
-            now += std::time::Duration::from_millis(10);
-            g.completed(1_000_000, now, true);
-        }
+        let ms = Duration::from_millis(1);
+        complete(&mut g, &mut now, 4, 10 * ms, 1_000_000, true);
         assert_eq!(g.limit(), 8);
         assert_eq!(g.undo(4), 4);
         assert_eq!(g.limit(), 4);
-        for _ in 0..40 {
-            now += std::time::Duration::from_millis(1);
-            assert_eq!(g.completed(1_000_000, now, true), 0);
-        }
+        assert_eq!(complete(&mut g, &mut now, 40, ms, 1_000_000, true), 0);
     }
 
     #[test]
     fn a_growth_awaiting_its_verdict_holds() {
         let mut now = Instant::now();
         let mut g = Growth::new(2, 64, now);
-        for _ in 0..20 {
-            now += std::time::Duration::from_millis(1);
-            assert_eq!(g.completed(1_000_000, now, false), 0);
-        }
+        let ms = Duration::from_millis(1);
+        assert_eq!(complete(&mut g, &mut now, 20, ms, 1_000_000, false), 0);
         assert_eq!(g.limit(), 2);
         // Free again: it doubles after a round, measured from the last.
-        now += std::time::Duration::from_millis(1);
-        g.completed(1_000_000, now, true);
-        now += std::time::Duration::from_millis(1);
-        assert_eq!(g.completed(1_000_000, now, true), 0, "equal rate: no gain");
+        complete(&mut g, &mut now, 1, ms, 1_000_000, true);
+        let added = complete(&mut g, &mut now, 1, ms, 1_000_000, true);
+        assert_eq!(added, 0, "equal rate: no gain");
     }
 
     #[test]
