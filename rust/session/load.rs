@@ -13,7 +13,7 @@ use super::{LoadOptions, LoadStats, TensorFile};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::{execute, overlap, runtime, ExecOptions, ExecStats, Items};
+use crate::exec::{overlap, runtime, ExecOptions, ExecStats, Items};
 use crate::plan::{plan_reads, selection_wants, sliced_shape, Part, ReadPlan, Slot, TensorSlice};
 
 /// A record header larger than this is treated as corrupt rather than
@@ -210,7 +210,7 @@ impl TensorFile {
         headers: &mut [Vec<u8>],
         plan: ReadPlan,
         destinations: &Arc<Destinations>,
-        mut exec_opts: ExecOptions,
+        exec_opts: ExecOptions,
         cancel: &CancelToken,
     ) -> Result<ExecStats> {
         let Request {
@@ -248,17 +248,7 @@ impl TensorFile {
                     .map(drop)
                     .map_err(|e| e.with_uri(self.uri_of(selection[i])))
             },
-            |on_landed| {
-                exec_opts.on_landed = Some(on_landed);
-                let source = Arc::clone(&self.source);
-                rt.block_on(execute(
-                    source,
-                    plan,
-                    Arc::clone(destinations),
-                    exec_opts,
-                    cancel,
-                ))
-            },
+            self.fetch_landing(&rt, plan, destinations, exec_opts, cancel),
         )
     }
 }

@@ -3,13 +3,18 @@
 //! options a file refuses, how wants are coalesced and split, how many
 //! reads run at once, the memory budget, the checking threads, the stats.
 
+use std::sync::Arc;
 use std::time::Instant;
 
+use tokio::runtime::Runtime;
+
 use super::{LoadOptions, LoadStats, TensorFile};
+use crate::buffer::Destinations;
+use crate::cancel::CancelToken;
 use crate::error::{Error, Result};
-use crate::exec::{requests_for, ExecStats, NearStart};
+use crate::exec::{execute, requests_for, ExecOptions, ExecStats, NearStart, OnLanded};
 use crate::io::PartSource;
-use crate::plan::{PlanOptions, Want};
+use crate::plan::{PlanOptions, ReadPlan, Want};
 
 use super::check::Checks;
 use super::seen::Seen;
@@ -144,6 +149,23 @@ impl TensorFile {
 
     /// What the executor judges of a start the open's near verdict set
     /// (`ExecOptions::near`); `part_size`: the plan's largest part.
+    /// The fetch half of `exec::overlap` for a load that checks tensors as
+    /// they land: `plan` executed into `dests`, telling its landed bytes.
+    pub(super) fn fetch_landing<'a>(
+        &'a self,
+        rt: &'a Runtime,
+        plan: ReadPlan,
+        dests: &'a Arc<Destinations>,
+        mut exec_opts: ExecOptions,
+        cancel: &'a CancelToken,
+    ) -> impl FnOnce(OnLanded) -> Result<ExecStats> + 'a {
+        move |on_landed| {
+            exec_opts.on_landed = Some(on_landed);
+            let source = Arc::clone(&self.source);
+            rt.block_on(execute(source, plan, Arc::clone(dests), exec_opts, cancel))
+        }
+    }
+
     pub(super) fn near_start(&self, opts: &LoadOptions, part_size: u64) -> Option<NearStart> {
         let wave = self.source.default_concurrency();
         self.near(opts)?.near_start(part_size, wave)

@@ -20,7 +20,7 @@ use super::{LoadOptions, LoadStats, TensorFile};
 use crate::buffer::Destinations;
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
-use crate::exec::{execute, overlap, runtime, ExecOptions, Items};
+use crate::exec::{overlap, runtime, ExecOptions, Items};
 use crate::plan::{plan_reads, Part};
 use crate::stage::{piece_of_slot, wants, Ready};
 
@@ -229,7 +229,7 @@ impl TensorFile {
         }
         let concurrency = self.concurrency(opts, reads.parts.len());
         let largest = reads.parts.iter().map(Part::len).max().unwrap_or(0);
-        let mut exec_opts = ExecOptions {
+        let exec_opts = ExecOptions {
             concurrency: concurrency.start,
             staging_budget: budget,
             progress: opts.progress.clone(),
@@ -274,17 +274,7 @@ impl TensorFile {
                 ready.advance(i, done);
                 Ok(())
             },
-            |on_landed| {
-                exec_opts.on_landed = Some(on_landed);
-                let source = Arc::clone(&self.source);
-                rt.block_on(execute(
-                    source,
-                    reads,
-                    Arc::clone(&destinations),
-                    exec_opts,
-                    cancel,
-                ))
-            },
+            self.fetch_landing(&rt, reads, &destinations, exec_opts, cancel),
         )?;
         let staged: u64 = plan.specs.iter().map(|s| s.staged_len()).sum();
         let bytes = (staged + header_bytes, header_bytes);
