@@ -34,7 +34,7 @@ mod fuzz_tests;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
-mod test_util;
+pub(crate) mod test_util;
 
 pub use detect::{detect, index_len, Format};
 pub use dtype::Dtype;

@@ -5,6 +5,7 @@ use super::names::{PathPart, TensorName};
 use super::writer::{self, IndexMode, WriteLayout, WriteSpec};
 use super::{hash, Dtype, Index, RecordHeader, TensorType};
 
+/// A state-dict tensor's spec.
 pub fn sd(name: &str, dtype: &str, shape: &[u64]) -> WriteSpec {
     WriteSpec {
         name: TensorName::Plain(name.into()),

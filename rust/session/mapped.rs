@@ -173,29 +173,17 @@ impl TensorFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::names::TensorName;
-    use crate::format::writer::{IndexMode, WriteSpec};
-    use crate::format::{Dtype, TensorType};
+    use crate::format::test_util::sd;
+    use crate::format::writer::IndexMode;
     use crate::location::Location;
-
-    fn spec(name: &str, dtype: &str, shape: &[u64]) -> WriteSpec {
-        WriteSpec {
-            name: TensorName::Plain(name.to_string()),
-            tensor_type: TensorType::StateDict,
-            module_idx: 0,
-            dtype: Dtype::from_torch(dtype).unwrap(),
-            shape: shape.to_vec(),
-            is_meta: false,
-        }
-    }
 
     /// A file of three tensors (one empty) and its data.
     fn fixture(dir: &tempfile::TempDir) -> (String, Vec<Vec<u8>>) {
         let path = dir.path().join("m.tensors").to_str().unwrap().to_string();
         let specs = [
-            spec("a", "float32", &[3, 5]),
-            spec("empty", "int64", &[0, 2]),
-            spec("big", "uint8", &[1 << 20]),
+            sd("a", "float32", &[3, 5]),
+            sd("empty", "int64", &[0, 2]),
+            sd("big", "uint8", &[1 << 20]),
         ];
         let data: Vec<Vec<u8>> = specs
             .iter()
