@@ -28,7 +28,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import fastshard
-from fastshard import _dispatch, _peers, tp
+from fastshard import tp
+from fastshard._coop import peers as _peers
+from fastshard._engine import dispatch as _dispatch
 
 MiB = 1 << 20
 # name -> (shape, split dim or None): column-parallel rows, row-parallel

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 import fastshard
-from fastshard import _ring
+from fastshard._engine import ring as _ring
 
 KiB, MiB = 1 << 10, 1 << 20
 Job = tuple[torch.Tensor, int, list[_ring.ByteOp], list[_ring.ItemOp]]

@@ -17,7 +17,7 @@ import torch.multiprocessing as mp
 from test_tp_loading import DIM0, SD_SPECS, full_state, ref_slice
 
 import fastshard
-from fastshard import _coopshm
+from fastshard._coop import shm as _coopshm
 
 WS = 2
 ODD = 1  # the rank whose shared memory is elsewhere

@@ -16,8 +16,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastshard import _coopplan as cp
-from fastshard import _cooptrace, _torch, tp
+from fastshard import tp
+from fastshard._coop import plan as cp
+from fastshard._coop import trace as _cooptrace
+from fastshard._engine import tensors as _torch
 from fastshard._types import TensorInfo
 
 

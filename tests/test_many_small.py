@@ -13,7 +13,7 @@ from conftest import assert_bit_equal, random_tensor
 from safetensors.torch import save_file
 
 import fastshard
-from fastshard import _torch
+from fastshard._engine import tensors as _torch
 
 COUNT = 10_000
 DTYPES = (

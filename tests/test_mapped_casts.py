@@ -1,5 +1,5 @@
 """Casts of a local file's large tensors straight out of the mapped file
-(``fastshard._mapcast``): bit-equal to torch's own cast from any offset in
+(``fastshard._engine.mapcast``): bit-equal to torch's own cast from any offset in
 the file (tensorizer does not align data), as new tensors, into a model's
 parameters and as rank slices; and the loads that must stage (verified,
 budgeted) still do."""

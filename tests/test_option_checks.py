@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import fastshard
-from fastshard import _options, _torch, cli
+from fastshard import _options, cli
+from fastshard._engine import tensors as _torch
 from fastshard._options import OpenOptions, SaveOptions
 
 # Finite values (no NaN bit patterns), so torch.equal compares casts.

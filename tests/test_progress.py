@@ -14,7 +14,7 @@ import torch
 from servers import Nginx
 
 import fastshard
-from fastshard import _progress
+from fastshard._engine import progress as _progress
 
 MiB = 1 << 20
 SECRET = "S3cr3tSignatureValue"

@@ -1,4 +1,4 @@
-"""fastshard._location (Python): what every part of the Python layer asks of a URI
+"""fastshard._layouts.location (Python): what every part of the Python layer asks of a URI
 (its kind, local path, query string, display form, folder), answered in
 one place; these cases are what a reimplementation over the native
 Location type must keep."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fastshard import _location as loc
+from fastshard._layouts import location as loc
 
 PRESIGNED = "https://user:pw@h.example:8443/b/m-%03d.tensors?X-Amz-Signature=s3cr3t#frag"
 

@@ -20,7 +20,10 @@ from conftest import assert_bit_equal, assert_cast_equal, random_tensor
 from staging_helpers import LateCopier, MiB, fp32_file, late_load
 
 import fastshard
-from fastshard import _cuda, _ring, _slabs, _torch
+from fastshard._engine import cuda as _cuda
+from fastshard._engine import ring as _ring
+from fastshard._engine import slabs as _slabs
+from fastshard._engine import tensors as _torch
 
 
 def test_tensors_carved_from_one_block_are_copied_as_runs_empty_ones_included(

@@ -1,4 +1,4 @@
-"""The copy side of staged loads (python/fastshard/_ring.py) that CUDA
+"""The copy side of staged loads (python/fastshard/_engine/ring.py) that CUDA
 and cast destinations go through, exercised on the CPU with real torch
 copies made late on purpose: a copier that performs each batch's copies
 on a thread after a delay, reading the slab only then. An engine that
@@ -17,7 +17,9 @@ from conftest import assert_bit_equal, random_tensor
 from staging_helpers import KiB, LateCopier, MiB, fp32_file, half_items, late_load, many_file
 
 import fastshard
-from fastshard import _cuda, _ring, _slabs
+from fastshard._engine import cuda as _cuda
+from fastshard._engine import ring as _ring
+from fastshard._engine import slabs as _slabs
 from fastshard._options import Budget
 
 

@@ -19,7 +19,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import fastshard
-from fastshard import ShardSpec, _coopshm
+from fastshard import ShardSpec
+from fastshard._coop import shm as _coopshm
 
 # The block's sizes: hidden, query, key (and value), intermediate, vocabulary.
 Sizes = tuple[int, int, int, int, int]

@@ -35,7 +35,7 @@ from .errors import (
 )
 
 if TYPE_CHECKING:
-    from ._slabs import release as release_staging
+    from ._engine.slabs import release as release_staging
     from ._types import LoadStats, TensorInfo
     from .module import load
     from .reader import TensorFile, load_state_dict, open
@@ -64,7 +64,7 @@ _LAZY = {
     "save": "writer",
     "save_sharded": "writer",
     "ShardSpec": "tp",
-    "release_staging": "_slabs",
+    "release_staging": "_engine.slabs",
 }
 
 

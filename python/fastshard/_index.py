@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from . import _torch
+from ._engine import tensors as _torch
 from ._nested import StateDict, restructure
 from ._types import NameOrPath, PathPart, TensorInfo
 from .errors import InvalidArgumentError

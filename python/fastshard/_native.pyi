@@ -255,7 +255,7 @@ class Mapping:
         item ``item``, bound as ``Staging.bind_host`` binds them; ``progress``
         counts them once copied. Checked against the mapping and the regions
         first. Private to
-        ``fastshard._mapcast``, which keeps the destinations alive."""
+        ``fastshard._engine.mapcast``, which keeps the destinations alive."""
     def __len__(self) -> int: ...
 
 @final

@@ -57,7 +57,7 @@ class LoadStats:
     their destination. ``bytes_mapped``: tensor bytes a load with
     ``mmap=True`` returned as views of the mapped file (nothing is fetched
     up front: pages come in when touched; the rest was copied, see
-    ``fastshard._mapped``). Phases: ``discovery_seconds`` (the open: header and
+    ``fastshard._engine.mapped``). Phases: ``discovery_seconds`` (the open: header and
     index), ``plan_seconds`` (matching names, slicing, allocating, until
     the first read), ``fetch_seconds`` (time in native loads) and
     ``copy_seconds`` (the calling thread copying or casting staged bytes

@@ -15,7 +15,9 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import _hf, _native, _progress, packed, shard
+from . import _native, packed, shard
+from ._engine import progress as _progress
+from ._layouts import hf as _hf
 from .benchmark import command as bench_command
 from .crypt import EncryptionKey, NativeKey
 from .errors import FastshardError, FormatError, IntegrityError, InvalidArgumentError

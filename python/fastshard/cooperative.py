@@ -49,11 +49,13 @@ from typing import Any
 
 import torch
 
-from . import _coopplan as cp
-from . import _coopshm, _ring, tp
-from ._coopexchange import Collective, Shared
-from ._cooptrace import Trace
-from ._peers import Link
+from . import tp
+from ._coop import plan as cp
+from ._coop import shm as _coopshm
+from ._coop.exchange import Collective, Shared
+from ._coop.peers import Link
+from ._coop.trace import Trace
+from ._engine import ring as _ring
 from ._types import LoadStats, TensorSource
 from .errors import FastshardError, PeerFailedError, ShardMismatchError
 

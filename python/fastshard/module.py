@@ -10,7 +10,9 @@ from typing import Any, Unpack
 
 import torch
 
-from . import _dispatch, _gc, _torch, tp
+from . import _gc, tp
+from ._engine import dispatch as _dispatch
+from ._engine import tensors as _torch
 from ._options import OpenOptions
 from ._types import LoadStats
 from .errors import FormatError, InvalidArgumentError

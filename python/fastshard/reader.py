@@ -9,10 +9,14 @@ from typing import Any, Unpack
 
 import torch
 
-from . import _dispatch, _gc, _hf, _mapped, _native, _options, _torch, packed, shard, tp
+from . import _gc, _native, _options, packed, shard, tp
 from ._budget import Budget
-from ._engine import Engine
+from ._engine import dispatch as _dispatch
+from ._engine import mapped as _mapped
+from ._engine import tensors as _torch
+from ._engine.engine import Engine
 from ._index import Index
+from ._layouts import hf as _hf
 from ._nested import StateDict
 from ._options import OpenOptions
 from ._types import LoadStats, NameOrPath, TensorInfo
@@ -60,7 +64,7 @@ class TensorFile:
         # Credentials and presigned URLs go to the native source and are not
         # kept here: ``uri`` is the redacted form used in messages. A
         # directory may hold a Hugging Face checkpoint: its shard files open
-        # as one (_hf.py).
+        # as one (_layouts/hf.py).
         reader, self.checkpoint = _hf.open_reader(self.opened, settings.source)
         self.uri: str = reader.uri
         self.version: int | None = reader.version  # None: safetensors
@@ -204,7 +208,7 @@ class TensorFile:
 
         Opened with ``mmap=True`` (a local, unencrypted file; CPU, no
         ``dtype``, not cooperative), the tensors view the file mapped
-        copy-on-write instead (``fastshard._mapped`` says which are views).
+        copy-on-write instead (``fastshard._engine.mapped`` says which are views).
         """
         started = time.perf_counter()
         packed.check_rank(rank, world_size, self.opened)
@@ -325,7 +329,7 @@ def open(  # noqa: A001
     ``load_file`` does, instead of copies: nothing is read up front, pages
     come from the page cache when touched, writes stay private; CPU only, no
     ``dtype`` cast, not encrypted; the checks and ``verify_hash`` run over
-    the mapped pages; see ``fastshard._mapped`` for what is a view).
+    the mapped pages; see ``fastshard._engine.mapped`` for what is a view).
 
     Source options (S3, HTTP and Cloud Storage): ``s3_endpoint``, ``s3_access_key_id`` and
     ``s3_secret_access_key`` (both or neither), ``s3_session_token``,

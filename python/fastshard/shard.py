@@ -35,8 +35,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from . import _location, _native
-from ._location import display as _shown
+from . import _native
+from ._layouts import location as _location
+from ._layouts.location import display as _shown
 from .errors import (
     AuthError,
     FastshardError,
@@ -211,7 +212,7 @@ class Resolved:
     packed: bool = False  # one packed object holding every rank (packed.py)
     manifest: Manifest | None = None  # the one this rank's file was checked against
     # A directory without a manifest: ``uri`` is its DEFAULT_FILE, and where
-    # that is missing the directory may hold an HF checkpoint (_hf.py).
+    # that is missing the directory may hold an HF checkpoint (_layouts/hf.py).
     directory: str | None = None
 
 

@@ -8,7 +8,9 @@ from typing import Any, Unpack
 
 import torch
 
-from . import _location, _native, _options, _torch, packed, shard
+from . import _native, _options, packed, shard
+from ._engine import tensors as _torch
+from ._layouts import location as _location
 from ._options import SaveOptions
 from .errors import InvalidArgumentError
 

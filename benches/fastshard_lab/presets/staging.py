@@ -17,13 +17,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-# The ring is internal (fastshard._ring), so its load runs here rather than
+# The ring is internal (fastshard._engine.ring), so its load runs here rather than
 # as a loader of the public set (loaders.py).
 CHILD = r"""
 import json, sys, time
 import torch
 import fastshard
-from fastshard import _ring
+from fastshard._engine import ring as _ring
 
 path, mode, budget = sys.argv[1], sys.argv[2], int(sys.argv[3]) or None
 opts = {} if budget is None else {"max_host_bytes": budget}

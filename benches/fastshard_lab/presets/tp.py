@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fastshard import _coopshm as cooperative_exchange
+from fastshard._coop import shm as cooperative_exchange
 
 from .. import deps, measure, report, sources
 from ..params import BENCH_DIR, GiB, add_out, names

@@ -25,7 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .. import _location, _native
+from .. import _native
+from .._layouts import location as _location
 from ..errors import IntegrityError, InvalidArgumentError, NotFoundError
 from ..shard import MANIFEST_NAME
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .. import _location
+from .._layouts import location as _location
 from .._native import SOURCE_OPTIONS
 from ..errors import InvalidArgumentError
 

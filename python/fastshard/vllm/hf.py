@@ -23,8 +23,10 @@ from torch import nn
 
 import fastshard
 
-from .. import _coopplan as cp
-from .. import _dispatch, _peers, tp
+from .. import tp
+from .._coop import peers as _peers
+from .._coop import plan as cp
+from .._engine import dispatch as _dispatch
 from .._types import LoadStats
 from ..errors import FastshardError, InvalidArgumentError
 from . import probe as _probe

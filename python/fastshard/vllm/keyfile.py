@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import _location, _native
+from .. import _native
+from .._layouts import location as _location
 from .._options import source_options
 from ..crypt import EncryptionKey
 from ..errors import NotFoundError

@@ -2,7 +2,7 @@
 
 The weights are tensorizer files, or safetensors: a Hugging Face checkpoint
 (the model directory itself, or its copy under an S3 prefix) opens as one
-file (fastshard._hf) and loads in the ``hf`` layout. Two layouts of weights:
+file (fastshard._layouts.hf) and loads in the ``hf`` layout. Two layouts of weights:
 
 - ``vllm``: one file per rank of a vLLM module's parameters, with a
   ``.vllm_tensorized_marker``. The file of this worker (``ranks.py``) is

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .. import _coopplan as cp
+from .._coop import plan as cp
 from .lazy import DEVICE_QUERY, METADATA
 
 # Uses that need values, answered with zeros after noting a whole use.

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .. import _location
+from .._layouts import location as _location
 from .._options import source_options
 from ..errors import InvalidArgumentError, UnsupportedError
 from .artifacts import cache_dir_for, fetch_artifacts

@@ -21,7 +21,8 @@ from typing import Any, Unpack
 
 import torch
 
-from .. import __version__, _location, shard, writer
+from .. import __version__, shard, writer
+from .._layouts import location as _location
 from .._options import StoreOptions, save_settings, source_options
 from ..errors import InvalidArgumentError
 from . import ranks as _ranks

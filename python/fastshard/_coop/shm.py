@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from ._peers import Link
+from .peers import Link
 
 ENV = "FASTSHARD_COOP_EXCHANGE"
 AREAS = 3  # batch areas per rank, used round-robin

@@ -31,10 +31,10 @@ from collections.abc import Sequence
 
 import torch
 
-from . import _native, tp
-from ._engine import Engine
-from ._types import LoadStats, TensorInfo
-from .errors import InvalidArgumentError
+from .. import _native, tp
+from .._types import LoadStats, TensorInfo
+from ..errors import InvalidArgumentError
+from .engine import Engine
 
 
 def check(uri: str, device: torch.device, cast: torch.dtype | None, shared: bool) -> None:

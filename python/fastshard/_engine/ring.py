@@ -25,10 +25,13 @@ from typing import Protocol
 
 import torch
 
-from . import _cuda, _slabs, _torch, tp
-from ._budget import Budget
-from ._types import LoadStats, TensorSource
-from .errors import BudgetError
+from .. import tp
+from .._budget import Budget
+from .._types import LoadStats, TensorSource
+from ..errors import BudgetError
+from . import cuda as _cuda
+from . import slabs as _slabs
+from . import tensors as _torch
 
 MiB = 1 << 20
 RING_BYTES = 256 * MiB  # the slabs' bytes when no max_host_bytes is given

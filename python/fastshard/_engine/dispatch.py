@@ -18,11 +18,15 @@ from typing import Any
 
 import torch
 
-from . import _mapcast, _peers, _ring, _torch, tp
-from . import cooperative as _coop
-from ._engine import Engine
-from ._types import LoadStats, TensorInfo
-from .errors import FastshardError
+from .. import cooperative as _coop
+from .. import tp
+from .._coop import peers as _peers
+from .._types import LoadStats, TensorInfo
+from ..errors import FastshardError
+from . import mapcast as _mapcast
+from . import ring as _ring
+from . import tensors as _torch
+from .engine import Engine
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 import torch
 
-from . import tp
-from ._budget import COOPERATIVE_ROUND
-from ._torch import copy
-from ._types import TensorSource
-from .errors import InvalidArgumentError
+from .. import tp
+from .._budget import COOPERATIVE_ROUND
+from .._engine.tensors import copy
+from .._types import TensorSource
+from ..errors import InvalidArgumentError
 
 ALIGN = 64  # part offsets in a buffer, so every dtype view is aligned
 

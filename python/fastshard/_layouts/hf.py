@@ -26,9 +26,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from . import _location, _native, shard
-from ._location import display as _shown
-from .errors import FormatError, NotFoundError
+from .. import _native, shard
+from ..errors import FormatError, NotFoundError
+from . import location as _location
+from .location import display as _shown
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"

@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from . import _coopplan as cp
-from . import _coopshm
-from ._cooptrace import Trace
-from ._peers import Link
-from ._types import TensorSource
+from .._types import TensorSource
+from . import plan as cp
+from . import shm as _coopshm
+from .peers import Link
+from .trace import Trace
 
 
 class Shared:

@@ -13,9 +13,10 @@ import logging
 import sys
 import threading
 
-from . import _location, _native
-from ._types import LoadStats
-from .errors import InvalidArgumentError
+from .. import _native
+from .._layouts import location as _location
+from .._types import LoadStats
+from ..errors import InvalidArgumentError
 
 log = logging.getLogger("fastshard")
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ._native import Location
-from .errors import FastshardError
+from .._native import Location
+from ..errors import FastshardError
 
 Kind = Literal["file", "s3", "gs", "http"]
 

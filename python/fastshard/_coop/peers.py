@@ -28,12 +28,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .errors import (
-    InvalidArgumentError,
-    PeerFailedError,
-    ShardMismatchError,
-    UnsupportedError,
-)
+from ..errors import InvalidArgumentError, PeerFailedError, ShardMismatchError, UnsupportedError
 
 # Cooperative loads begun in this process, per group name: the flag of the
 # next one. Every rank runs the same loads in the same order.

@@ -13,11 +13,13 @@ from typing import Any
 
 import torch
 
-from . import _native, _progress, _torch, tp
-from ._budget import Budget, native_limit
-from ._options import OpenSettings
-from ._types import LoadStats, TensorInfo
-from .errors import InvalidArgumentError
+from .. import _native, tp
+from .._budget import Budget, native_limit
+from .._options import OpenSettings
+from .._types import LoadStats, TensorInfo
+from ..errors import InvalidArgumentError
+from . import progress as _progress
+from . import tensors as _torch
 
 
 class Engine:

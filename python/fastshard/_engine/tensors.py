@@ -14,8 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from . import _cuda, _native
-from .errors import InvalidArgumentError, UnsupportedError
+from .. import _native
+from ..errors import InvalidArgumentError, UnsupportedError
+from . import cuda as _cuda
 
 DeviceLike = str | torch.device
 DtypeLike = str | torch.dtype

@@ -29,9 +29,11 @@ from collections.abc import Sequence
 
 import torch
 
-from . import _location, _ring, _torch
-from ._engine import Engine
-from ._types import LoadStats, TensorInfo
+from .._layouts import location as _location
+from .._types import LoadStats, TensorInfo
+from . import ring as _ring
+from . import tensors as _torch
+from .engine import Engine
 
 # The types the native host cast converts between (``rust/stage/cast.rs``);
 # float8 and the rest go through the staging engine's copier.

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _cuda, _native
+from .. import _native
+from . import cuda as _cuda
 
 # Slabs kept for the next load at most, pinned or not.
 KEEP_BYTES = 1 << 30

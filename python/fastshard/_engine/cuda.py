@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .errors import DeviceError, StorageError
+from ..errors import DeviceError, StorageError
 
 if TYPE_CHECKING:
-    from ._ring import ByteOp, ItemOp, Places
+    from .ring import ByteOp, ItemOp, Places
 
 _PORTABLE = 1  # cudaHostRegisterPortable: pinned for every CUDA context, as torch pins
 
