@@ -11,6 +11,11 @@ other; importing ``a.b`` is not counted as importing ``a`` (Python runs
 Dynamic imports (``importlib.import_module`` with a computed name) are not
 seen.
 
+The facade: a module of ``fastshard.vllm`` imports only public modules and
+names (no ``_`` in the dotted path), its own package, and ``fastshard._core``;
+``reader.py`` and ``module.py`` never import the rooms behind the facade
+(``_engine``, ``_coop``, ``_layouts``). Each offence is named with its file:line.
+
 The benchmark lab (benches/fastshard_lab) gets the same cycle check, and
 the package may not import it at all: the lab is a development package
 outside the wheel, built on fastshard, never under it.
@@ -208,6 +213,60 @@ def check_no_import(package: Path, forbidden: str, root: Path) -> list[str]:
     return problems
 
 
+# The facade (python/fastshard/_core.py) and the rooms it stands in front of.
+FACADE = "_core"
+ROOMS = ("_engine", "_coop", "_layouts")
+# Above the facade: vllm/ may import public modules and names and the facade
+# only; reader.py and module.py anything but the rooms.
+ABOVE = ("reader", "module")
+
+
+def _private(parts: Iterable[str]) -> bool:
+    return any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts)
+
+
+def _imported(module: str, is_package: bool, node: ast.AST) -> list[tuple[str, str | None]]:
+    """(module, name imported from it or None) of an import statement."""
+    if isinstance(node, ast.Import):
+        return [(alias.name, None) for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        base = _resolve(module, is_package, node)
+        return [(base, alias.name) for alias in node.names]
+    return []
+
+
+def check_facade(package: Path, root: Path) -> list[str]:
+    """vllm/ below the facade only through it: each import names a module of
+    fastshard.vllm, the facade, or a public module or name; reader.py and
+    module.py never name a room. Imports under TYPE_CHECKING count too."""
+    base = package.name
+    problems = []
+    for name, path in python_modules(package).items():
+        parts = name.split(".")[1:]
+        in_vllm = parts[:1] == ["vllm"]
+        if not in_vllm and parts not in ([a] for a in ABOVE):
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            for target, imported in _imported(name, path.name == "__init__.py", node):
+                t = target.split(".")
+                if t[0] != base or t[1:2] == ["vllm"]:
+                    continue
+                inner = t[1:] + ([imported] if imported else [])
+                if in_vllm:
+                    bad = inner[:1] != [FACADE] and _private(inner)
+                else:
+                    bad = bool(inner) and inner[0] in ROOMS
+                if bad:
+                    what = f"{target}.{imported}" if imported else target
+                    problems.append(
+                        f"{name} imports {what} ({shown(path, root)}:{node.lineno}): "
+                        f"{'vllm/ may import public names and' if in_vllm else 'go through'} "
+                        f"fastshard.{FACADE} only"
+                    )
+    return problems
+
+
 def python_graph(package: Path) -> str:
     edges, modules = python_edges(package)
     out: dict[str, set[str]] = {m: set() for m in modules}
@@ -237,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     py_problems = check_python(package, root) if package.is_dir() else []
     py_problems += check_python(lab, root) if lab.is_dir() else []
     py_problems += check_no_import(package, lab.name, root) if package.is_dir() else []
+    py_problems += check_facade(package, root) if package.is_dir() else []
     for p in py_problems:
         print(f"error: {p}", file=sys.stderr)
     failed |= bool(py_problems)
@@ -247,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     if not failed:
         print(
             "layers: no Python import cycle, fastshard never imports fastshard_lab, "
+            "vllm/ reaches the core through fastshard._core only, "
             "no pair of Rust modules importing each other"
         )
     return 1 if failed else 0

@@ -236,3 +236,49 @@ def test_matches_on_the_kind_inside_the_registry_pass(tmp_path: Path) -> None:
     out = check(tree(tmp_path, RUST_KINDS))
     assert out.returncode == 0, out
     assert "rust" not in out.stderr
+
+
+def test_vllm_reaches_the_core_through_the_facade_only(tmp_path: Path) -> None:
+    files = {
+        PKG + "__init__.py": "",
+        PKG + "errors.py": "class Error(Exception): ...\n",
+        PKG + "_native.pyi": "def read_object() -> None: ...\n",
+        PKG + "_core.py": "from ._engine import dispatch\nfrom ._native import read_object\n",
+        PKG + "_engine/__init__.py": "",
+        PKG + "_engine/dispatch.py": "from .. import errors\n",
+        PKG + "reader.py": "from . import _core\n",
+        PKG + "vllm/__init__.py": "from . import _ready\n",
+        PKG + "vllm/_ready.py": "",
+        PKG + "vllm/hf.py": """\
+            from typing import TYPE_CHECKING
+
+            from .. import __version__, _core, errors
+            from .._core import read_object
+            from ..errors import Error
+            from . import _ready
+            if TYPE_CHECKING:
+                from .._core import Key
+        """,
+    }
+    out = check(tree(tmp_path, files))
+    assert out.returncode == 0, out
+    files[PKG + "vllm/hf.py"] = """\
+        from .. import errors
+        from .._native import read_object
+        def later():
+            from .._engine import dispatch
+            from .. import _budget
+    """
+    files[PKG + "reader.py"] = "from ._engine.dispatch import load\n"
+    files[PKG + "_budget.py"] = ""
+    out = check(tree(tmp_path, files))
+    assert out.returncode == 1, out
+    assert "fastshard.vllm.hf imports fastshard._native.read_object" in out.stderr
+    assert "python/fastshard/vllm/hf.py:2" in out.stderr
+    assert "fastshard.vllm.hf imports fastshard._engine.dispatch" in out.stderr
+    assert "python/fastshard/vllm/hf.py:4" in out.stderr
+    assert "fastshard.vllm.hf imports fastshard._budget (python/fastshard/vllm/hf.py:5)" in (
+        out.stderr
+    )
+    assert "fastshard.reader imports fastshard._engine.dispatch.load" in out.stderr
+    assert "errors" not in out.stderr

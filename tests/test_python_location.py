@@ -5,11 +5,16 @@ Location type must keep."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
+import fastshard
 from fastshard._layouts import location as loc
+from fastshard._native import Location
 
 PRESIGNED = "https://user:pw@h.example:8443/b/m-%03d.tensors?X-Amz-Signature=s3cr3t#frag"
 
@@ -66,3 +71,30 @@ def test_directories_siblings_and_children(tmp_path: Path) -> None:
     assert loc.child("s3://b/dir/", "m") == "s3://b/dir/m"
     assert loc.child("https://h/d?sig=1", "m") == "https://h/d/m?sig=1"
     assert loc.as_directory("/tmp/x") == "/tmp/x/" and loc.as_directory("/tmp/x/") == "/tmp/x/"
+
+
+def test_derived_locations_keep_what_the_parse_found() -> None:
+    base = Location("s3://b/dir/")
+    assert (
+        base.child("m-%03d.tensors").renamed("m-001.tensors").display == "s3://b/dir/m-001.tensors"
+    )
+    signed = Location("https://h/b/m-%03d.tensors?X-Amz-Signature=s")
+    one = signed.renamed("m-001.tensors")
+    assert (one.head, one.query) == ("https://h/b/m-001.tensors", "?X-Amz-Signature=s")
+    assert Location("https://h/b?sig=1").child("x").query == "?sig=1"
+    assert loc.parsed(base) is base
+
+
+@pytest.mark.s3
+def test_one_open_parses_its_uri_once(seaweed: Any) -> None:
+    """``load_state_dict("s3://b/dir/", rank=1, world_size=2)``: the directory
+    URI is parsed once, and its manifest, template and rank file are derived
+    from the parsed location, never parsed again from a string (the open,
+    the manifest read, the native reader, the load and its progress)."""
+    prefix = f"s3://{seaweed.bucket}/parsed-once-{uuid.uuid4().hex[:8]}/"
+    sources = [{"w": torch.full((4, 3), float(r)), "rank": torch.tensor([r])} for r in range(2)]
+    fastshard.save_sharded(sources, prefix, **seaweed.opts())
+    before = Location.parsed_from_python()
+    got = fastshard.load_state_dict(prefix, rank=1, world_size=2, **seaweed.opts())
+    assert Location.parsed_from_python() - before == 1
+    assert torch.equal(got["w"], sources[1]["w"]) and got["rank"].item() == 1

@@ -22,6 +22,7 @@ pytest.importorskip("vllm", reason="the plugin needs vLLM")  # conftest: VLLM_TA
 from vllm.engine.arg_utils import EngineArgs
 
 import fastshard
+import fastshard._core
 import fastshard.vllm as fv
 from fastshard.vllm import remote_model
 from fastshard.vllm.artifacts import cache_dir_for, copy_artifacts
@@ -126,13 +127,14 @@ def test_explicit_tensorizer_uri_is_kept(prefix, s3_env):
 def test_a_second_start_fetches_nothing(prefix, s3_env, monkeypatch):
     _config(prefix, "fastshard")
     fetched = []
-    real = fastshard._native.read_object
+    real = fastshard._core.read_object
 
     def counting(uri, **kw):
         fetched.append(uri)
         return real(uri, **kw)
 
-    monkeypatch.setattr(fastshard._native, "read_object", counting)
+    # vllm/ reads objects through the facade (fastshard._core).
+    monkeypatch.setattr(fastshard._core, "read_object", counting)
     _config(prefix, "fastshard")
     assert fetched == [prefix + "fastshard-artifacts.json"]  # the index only
 

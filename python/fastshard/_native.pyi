@@ -121,7 +121,7 @@ class Location:
     ``str()`` is ``display``; ``repr()`` is ``Location('<display>')``.
     """
 
-    def __new__(cls, uri: str | PathLike[str]) -> Location: ...
+    def __new__(cls, uri: str | PathLike[str] | Location) -> Location: ...
     @property
     def kind(self) -> Literal["file", "s3", "gs", "http"]: ...
     @property
@@ -150,6 +150,17 @@ class Location:
     def sibling(self, name: str) -> Location:
         """``name`` in the same directory (head up to its last "/"),
         without this location's query string."""
+    def child(self, name: str) -> Location:
+        """``name`` inside this directory or prefix (a "/" added when the
+        head lacks one); a URL keeps its query string."""
+    def renamed(self, name: str) -> Location:
+        """``name`` in place of the last path component; a URL keeps its
+        query string."""
+    @staticmethod
+    def parsed_from_python() -> int:
+        """For tests: how many URIs native calls have parsed from a str or
+        path argument since the module loaded (a Location argument is not
+        parsed again, nor one derived by child, sibling or renamed)."""
 
 @final
 class Slab:
@@ -284,6 +295,7 @@ class Reader:
     """
 
     uri: str
+    location: Location  # where it was opened (a set's: the location naming the set)
     file_size: int
     version: int | None  # tensorizer data version; None for safetensors
     format: str  # "tensorizer" or "safetensors", detected from the bytes

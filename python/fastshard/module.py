@@ -10,13 +10,11 @@ from typing import Any, Unpack
 
 import torch
 
-from . import _gc, tp
-from ._engine import dispatch as _dispatch
-from ._engine import tensors as _torch
+from . import _core, _gc, tp
 from ._options import OpenOptions
 from ._types import LoadStats
 from .errors import FormatError, InvalidArgumentError
-from .reader import TensorFile
+from .reader import TensorFile, opened
 
 _LIST_LIMIT = 20
 
@@ -38,7 +36,7 @@ class _Planned:
     a new tensor, for a meta one)."""
 
     target: _Target
-    job: _dispatch.Job
+    job: _core.Job
 
 
 def _targets(model: torch.nn.Module) -> dict[str, _Target]:
@@ -176,7 +174,7 @@ def _plan(
                 replaced[id(dest)] = torch.empty(shape, dtype=dest.dtype, device=device)
             dest = replaced[id(dest)]
         in_place = _in_place_ok(dest, info.dtype, claimed)
-        jobs.append(_Planned(t, _dispatch.Job(index, sl, shape, dest, in_place)))
+        jobs.append(_Planned(t, _core.job(index, sl, shape, dest, in_place)))
     return jobs
 
 
@@ -251,7 +249,7 @@ def load(
     shard_specs: tp.Specs | None = None,
     cooperative: bool = False,
     group: Any = None,
-    device: _torch.DeviceLike | None = None,
+    device: _core.DeviceLike | None = None,
     verify_manifest_hashes: bool = False,
     **opts: Unpack[OpenOptions],
 ) -> LoadStats:
@@ -297,20 +295,15 @@ def load(
             "mmap=True returns tensors that view the file (load_state_dict); fastshard.load "
             "copies into the model's parameters"
         )
-    target = _torch.as_device(device)
-    with TensorFile(
-        uri,
-        rank=rank,
-        world_size=world_size,
-        verify_manifest_hashes=verify_manifest_hashes,
-        **opts,
-    ) as f:
+    target = _core.as_device(device)
+    with opened(uri, rank, world_size, verify_manifest_hashes, opts) as f:
         # Per-rank files and packed objects need no slicing and no sharing:
         # each rank's tensors are its own. Another single file with
         # world_size > 1 is sliced per rank.
         slicing = f.opened.rank is None and not f.opened.packed and (world_size or 1) > 1
-        pg = _dispatch.group_for(cooperative, group, slicing, rank, world_size)
-        with _dispatch.planning(pg):
+        planned: list[_Planned] = []
+
+        def plan(_: object) -> list[_core.Job]:
             targets = _targets(model)
             in_file = _file_names(f)
             slices = (
@@ -319,7 +312,17 @@ def load(
                 else {}
             )
             _check(f, targets, in_file, strict, slices)
-            jobs = _plan(f, targets, in_file, slices, target)
-        stats = _dispatch.load(f.engine, [j.job for j in jobs], pg)
-        _apply(jobs)
+            planned.extend(_plan(f, targets, in_file, slices, target))
+            return [p.job for p in planned]
+
+        _, stats = _core.load_jobs(
+            f.engine,
+            plan,
+            cooperative=cooperative,
+            group=group,
+            sliced=slicing,
+            rank=rank,
+            world_size=world_size,
+        )
+        _apply(planned)
         return f.engine.finish(stats, started)

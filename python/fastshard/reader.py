@@ -9,14 +9,8 @@ from typing import Any, Unpack
 
 import torch
 
-from . import _gc, _native, _options, packed, shard, tp
-from ._budget import Budget
-from ._engine import dispatch as _dispatch
-from ._engine import mapped as _mapped
-from ._engine import tensors as _torch
-from ._engine.engine import Engine
+from . import _core, _gc, _native, packed, shard, tp
 from ._index import Index
-from ._layouts import hf as _hf
 from ._nested import StateDict
 from ._options import OpenOptions
 from ._types import LoadStats, NameOrPath, TensorInfo
@@ -51,21 +45,19 @@ class TensorFile:
         opts: OpenOptions,
     ) -> None:
         opened_at = time.perf_counter()
-        settings = _options.open_settings(opts)
-        # A template or directory becomes this rank's file, checked against
-        # the manifest before the native open (shard.py).
-        self.opened = shard.resolve(
-            os.fspath(uri),
+        settings = _core.open_settings(opts)
+        # The URI is parsed once, resolved to this rank's file (checked
+        # against a manifest) or a directory's HF checkpoint, and opened.
+        source = _core.open_source(
+            uri,
             rank,
             world_size,
             verify_hashes=verify_manifest_hashes,
             source_opts=settings.source,
         )
+        self.opened, reader, self.checkpoint = source.resolved, source.reader, source.checkpoint
         # Credentials and presigned URLs go to the native source and are not
-        # kept here: ``uri`` is the redacted form used in messages. A
-        # directory may hold a Hugging Face checkpoint: its shard files open
-        # as one (_layouts/hf.py).
-        reader, self.checkpoint = _hf.open_reader(self.opened, settings.source)
+        # kept here: ``uri`` is the redacted form used in messages.
         self.uri: str = reader.uri
         self.version: int | None = reader.version  # None: safetensors
         self.format: str = reader.format
@@ -92,7 +84,7 @@ class TensorFile:
         self.discovery_seconds = time.perf_counter() - opened_at
         # What loads the tensors (native loads, progress, stats); every load
         # path (this class's, fastshard.load's) goes through it.
-        self.engine = Engine(
+        self.engine = _core.engine(
             reader, settings, self._index.infos, native_index, self.discovery_seconds
         )
 
@@ -143,7 +135,7 @@ class TensorFile:
 
     # -- what the staging ring needs of a file (a TensorSource) -------------
     @property
-    def budget(self) -> Budget:
+    def budget(self) -> _core.Budget:
         return self.engine.budget
 
     @property
@@ -182,11 +174,11 @@ class TensorFile:
     @_gc.pausing
     def load_state_dict(
         self,
-        device: _torch.DeviceLike | None = "cpu",
+        device: _core.DeviceLike | None = "cpu",
         names: Iterable[NameOrPath] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
-        dtype: _torch.DtypeLike | None = None,
+        dtype: _core.DtypeLike | None = None,
         shard_specs: tp.Specs | None = None,
         cooperative: bool = False,
         group: Any = None,
@@ -212,26 +204,25 @@ class TensorFile:
         """
         started = time.perf_counter()
         packed.check_rank(rank, world_size, self.opened)
-        target = _torch.as_device(device)
-        cast = _float_cast(dtype)
+        target = _core.as_device(device)
+        cast = _core.float_cast(dtype)
         self.engine.native()
         sliced = self._check_slicing(rank, world_size, shard_specs)
+        indices: list[int] = []
+
+        def picked() -> tuple[list[int], list[tp.Slice | None]]:
+            indices.extend(self._index.select(names))
+            return indices, self._slices(indices, sliced, rank, world_size, shard_specs)
+
         if self.engine.mmap:
-            _mapped.check(self.uri, target, cast, cooperative or group is not None)
-            indices = self._index.select(names)
-            tensors, stats = _mapped.load(
-                self.engine, indices, self._slices(indices, sliced, rank, world_size, shard_specs)
+            shared = cooperative or group is not None
+            tensors, stats = _core.load_mapped(self.engine, target, cast, shared, picked)
+        else:
+            share = {"cooperative": cooperative, "group": group, "sliced": sliced}
+            tensors, stats = _core.load_fresh(
+                self.engine, picked, target, cast, rank=rank, world_size=world_size, **share
             )
-            result = self._index.state_dict(indices, tensors)
-            self.engine.finish(stats, started)
-            return result
-        pg = _dispatch.group_for(cooperative, group, sliced, rank, world_size)
-        with _dispatch.planning(pg):
-            indices = self._index.select(names)
-            slices = self._slices(indices, sliced, rank, world_size, shard_specs)
-            jobs = _dispatch.fresh(self._index.infos, indices, slices, target, cast)
-        stats = _dispatch.load(self.engine, jobs, pg)
-        result = self._index.state_dict(indices, [j.dest for j in jobs])
+        result = self._index.state_dict(indices, tensors)
         self.engine.finish(stats, started)
         return result
 
@@ -274,15 +265,6 @@ class TensorFile:
                 uri=self.uri,
             )
         return bool(shard_specs) and unsharded and (world_size or 1) > 1
-
-
-def _float_cast(dtype: _torch.DtypeLike | None) -> torch.dtype | None:
-    if dtype is None:
-        return None
-    cast = _torch.as_dtype(dtype)
-    if not _torch.is_castable_float(cast):
-        raise InvalidArgumentError(f"dtype= must be a floating dtype, not {cast}")
-    return cast
 
 
 def open(  # noqa: A001
@@ -355,6 +337,18 @@ def open(  # noqa: A001
     ``FASTSHARD_CACHE_MAX_BYTES``; unset: no cap).
     Unknown options raise InvalidArgumentError.
     """
+    return opened(uri, rank, world_size, verify_manifest_hashes, opts)
+
+
+def opened(
+    uri: str | os.PathLike[str],
+    rank: int | None,
+    world_size: int | None,
+    verify_manifest_hashes: bool,
+    opts: OpenOptions,
+) -> TensorFile:
+    """``open``'s arguments as they come to the functions that open a file
+    for one load (``load_state_dict``, ``fastshard.load``)."""
     return TensorFile(
         uri,
         rank=rank,
@@ -368,11 +362,11 @@ def open(  # noqa: A001
 def load_state_dict(
     uri: str | os.PathLike[str],
     *,
-    device: _torch.DeviceLike | None = "cpu",
+    device: _core.DeviceLike | None = "cpu",
     names: Iterable[NameOrPath] | None = None,
     rank: int | None = None,
     world_size: int | None = None,
-    dtype: _torch.DtypeLike | None = None,
+    dtype: _core.DtypeLike | None = None,
     shard_specs: tp.Specs | None = None,
     cooperative: bool = False,
     group: Any = None,
@@ -383,14 +377,8 @@ def load_state_dict(
     ``device``, ``names``, ``rank``, ``world_size``, ``dtype``,
     ``shard_specs``, ``cooperative`` and ``group`` go to the
     load, everything else to ``open``."""
-    dtype = _float_cast(dtype)  # a bad name fails before the open reads anything
-    with TensorFile(
-        uri,
-        rank=rank,
-        world_size=world_size,
-        verify_manifest_hashes=verify_manifest_hashes,
-        **opts,
-    ) as f:
+    dtype = _core.float_cast(dtype)  # a bad name fails before the open reads anything
+    with opened(uri, rank, world_size, verify_manifest_hashes, opts) as f:
         return f.load_state_dict(
             device=device,
             names=names,

@@ -37,7 +37,9 @@ from typing import Any
 
 from . import _native
 from ._layouts import location as _location
+from ._layouts.location import Uri
 from ._layouts.location import display as _shown
+from ._native import Location
 from .errors import (
     AuthError,
     FastshardError,
@@ -64,14 +66,15 @@ DEFAULT_TEMPLATE = "model-rank-%03d.tensors"
 _SPEC = re.compile(r"%%|%(0?\d*)d|\{rank\}")
 
 
-def is_template(uri: str) -> bool:
-    return any(m.group(0) != "%%" for m in _SPEC.finditer(_location.head(uri)))
+def _has_spec(head: str) -> bool:
+    return any(m.group(0) != "%%" for m in _SPEC.finditer(head))
 
 
-def format_rank(template: str, rank: int) -> str:
-    """The file of ``rank``: every rank spec in the path part replaced."""
-    head, query = _location.split(template)
+def is_template(uri: Uri) -> bool:
+    return _has_spec(_location.head(uri))
 
+
+def _formatted(head: str, rank: int) -> str:
     def one(m: re.Match[str]) -> str:
         if m.group(0) == "%%":
             return "%%"  # left alone: only vLLM's %0Nd is a spec, not printf escaping
@@ -80,7 +83,13 @@ def format_rank(template: str, rank: int) -> str:
         width = m.group(1) or ""
         return f"{rank:{width}d}" if width else str(rank)
 
-    return _SPEC.sub(one, head) + query
+    return _SPEC.sub(one, head)
+
+
+def format_rank(template: Uri, rank: int) -> str:
+    """The file of ``rank``: every rank spec in the path part replaced."""
+    head, query = _location.split(template)
+    return _formatted(head, rank) + query
 
 
 def sha256_file(path: str) -> str:
@@ -117,11 +126,11 @@ class Manifest:
         return f"manifest {self.path} says world_size={self.world_size} (written by {by} at {utc})"
 
 
-def manifest_location(template_or_dir: str) -> str:
+def manifest_location(template_or_dir: Uri) -> str:
     return _location.sibling(template_or_dir, MANIFEST_NAME)
 
 
-def read_manifest(location: str, source_opts: dict[str, Any] | None = None) -> Manifest | None:
+def read_manifest(location: Uri, source_opts: dict[str, Any] | None = None) -> Manifest | None:
     """The manifest at ``location`` (local, s3://, gs:// or http(s)://), None if
     there is none. One that is there but unreadable is a ShardMismatchError:
     the set it describes cannot be checked, and silently skipping the check
@@ -214,18 +223,41 @@ class Resolved:
     # A directory without a manifest: ``uri`` is its DEFAULT_FILE, and where
     # that is missing the directory may hold an HF checkpoint (_layouts/hf.py).
     directory: str | None = None
+    # ``uri`` and ``directory`` parsed: what the open hands on, so that the
+    # URI given is parsed once (None: built by hand, parsed when asked).
+    location: Location | None = None
+    dir_location: Location | None = None
+
+    @property
+    def file(self) -> Location:
+        return self.location if self.location is not None else Location(self.uri)
 
 
-def _manifest_beside(uri: str, source_opts: dict[str, Any] | None) -> Manifest | None:
-    if _location.query(uri):
+def _manifest_beside(
+    loc: Location, source_opts: dict[str, Any] | None, *, inside: bool = False
+) -> Manifest | None:
+    """The manifest beside the template ``loc`` (``inside`` the directory
+    ``loc``)."""
+    if loc.query:
         # A presigned URL signs one object; the manifest would need its own.
-        log.debug("fastshard: no shard manifest check for presigned %s", _shown(uri))
+        log.debug("fastshard: no shard manifest check for presigned %s", loc.display)
         return None
-    return read_manifest(manifest_location(uri), source_opts)
+    where = loc.child(MANIFEST_NAME) if inside else loc.sibling(MANIFEST_NAME)
+    return read_manifest(where, source_opts)
+
+
+def _rank_file(template: Location, rank: int) -> Location:
+    """``template``'s file for ``rank``, derived from the parsed template
+    when the rank spec is in its name (the usual case), else parsed anew."""
+    head = template.head
+    cut = head.rfind("/") + 1
+    if _has_spec(head[:cut]):
+        return Location(format_rank(template, rank))
+    return template.renamed(_formatted(head[cut:], rank))
 
 
 def resolve(
-    uri: str,
+    uri: Uri,
     rank: int | None,
     world_size: int | None,
     *,
@@ -238,18 +270,20 @@ def resolve(
     Raises before any tensor byte is read; a remote file's size is checked
     once it is opened (``check_size``)."""
     check_rank_args(rank, world_size)
-    if verify_hashes and not _location.is_local(uri):
+    loc = _location.parsed(uri)  # the one parse; derived locations from here on
+    if verify_hashes and not _location.is_local(loc):
         raise UnsupportedError(
-            f"verify_manifest_hashes=True is not supported for remote files ({_shown(uri)})"
+            f"verify_manifest_hashes=True is not supported for remote files ({loc.display})"
         )
     manifest: Manifest | None = None
-    directory: str | None = None
-    if _location.is_dir(uri):
-        manifest = _manifest_beside(_location.child(uri, ""), source_opts)
+    directory: Location | None = None
+    if loc.is_dir:
+        manifest = _manifest_beside(loc, source_opts, inside=True)
         if manifest is None:
-            directory = uri
-        uri = _location.child(uri, manifest.template if manifest is not None else DEFAULT_FILE)
-    if not is_template(uri):
+            directory = loc
+        loc = loc.child(manifest.template if manifest is not None else DEFAULT_FILE)
+    uri = _location.text(loc)
+    if not is_template(loc):
         if verify_hashes:
             raise InvalidArgumentError(
                 f"verify_manifest_hashes=True needs a per-rank template or a directory with "
@@ -257,14 +291,22 @@ def resolve(
             )
         # Whether rank and world_size fit a single file depends on its index
         # (a packed object holds every rank): checked after open (packed.view).
-        return Resolved(uri, None, world_size, None, directory=directory)
+        return Resolved(
+            uri,
+            None,
+            world_size,
+            None,
+            directory=_location.text(directory) if directory is not None else None,
+            location=loc,
+            dir_location=directory,
+        )
     if rank is None:
         raise InvalidArgumentError(
             f"{_shown(uri)} is a per-rank template: pass rank= (and world_size=)"
         )
     if manifest is None:
-        manifest = _manifest_beside(uri, source_opts)
-    relative = _location.name(uri)
+        manifest = _manifest_beside(loc, source_opts)
+    relative = _location.name(loc)
     if manifest is not None and manifest.template != relative:
         log.warning(
             "fastshard: %s describes template %r, not %r; not using it",
@@ -287,14 +329,15 @@ def resolve(
             f"{_shown(uri)}: rank {rank} does not exist: {where} so ranks are 0..{world_size - 1}",
             uri=_shown(uri),
         )
-    file_uri = format_rank(uri, rank)
+    file_loc = _rank_file(loc, rank)
+    file_uri = _location.text(file_loc)
     if manifest is not None:
-        _check_file(manifest, file_uri, rank, verify_hashes)
+        _check_file(manifest, file_loc, rank, verify_hashes)
     elif verify_hashes:
         raise InvalidArgumentError(
             f"verify_manifest_hashes=True but there is no {MANIFEST_NAME} beside {uri}"
         )
-    return Resolved(file_uri, rank, world_size, uri, manifest=manifest)
+    return Resolved(file_uri, rank, world_size, uri, manifest=manifest, location=file_loc)
 
 
 def check_single(uri: str, rank: int | None, world_size: int | None) -> None:
@@ -315,13 +358,14 @@ def check_single(uri: str, rank: int | None, world_size: int | None) -> None:
         )
 
 
-def _check_file(manifest: Manifest, file_uri: str, rank: int, verify_hashes: bool) -> None:
+def _check_file(manifest: Manifest, file_loc: Location, rank: int, verify_hashes: bool) -> None:
     entry = manifest.files.get(rank)
     if entry is None:
         raise ShardMismatchError(f"rank {rank} is not listed in {manifest.describe()}")
-    path = _location.local_path(file_uri)
+    path = file_loc.path
     if path is None:  # remote: the open finds it missing, check_size checks its size
         return
+    file_uri = _location.text(file_loc)
     if not os.path.exists(path):
         raise NotFoundError(
             f"rank {rank}: {file_uri} not found, though {manifest.describe()} lists it",

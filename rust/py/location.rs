@@ -2,6 +2,8 @@
 //! so Python never classifies, splits or redacts a URI itself; and the one
 //! way every native entry point turns its URI argument into a location.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyString;
@@ -11,6 +13,17 @@ use crate::location::Location;
 
 #[pyclass(name = "Location", module = "fastshard._native", frozen)]
 pub struct PyLocation(Location);
+
+impl From<Location> for PyLocation {
+    fn from(loc: Location) -> Self {
+        PyLocation(loc)
+    }
+}
+
+/// URIs parsed from a Python argument (a `str` or path, not a `Location`)
+/// since the module loaded: the tests' way to see that one open parses its
+/// URI once and hands the parsed location on.
+static PARSED_FROM_PYTHON: AtomicU64 = AtomicU64::new(0);
 
 #[pymethods]
 impl PyLocation {
@@ -65,6 +78,28 @@ impl PyLocation {
         self.0.sibling(name).map(PyLocation).map_err(to_py)
     }
 
+    /// `name` inside this directory or prefix (a "/" added when the head
+    /// lacks one); a URL keeps its query string.
+    fn child(&self, name: &str) -> PyResult<PyLocation> {
+        let head = self.0.head();
+        let slash = if head.ends_with('/') { "" } else { "/" };
+        derived(format!("{head}{slash}{name}{}", self.0.query()))
+    }
+
+    /// `name` in place of the last path component; unlike `sibling`, a URL
+    /// keeps its query string (a per-rank template's file is signed alike).
+    fn renamed(&self, name: &str) -> PyResult<PyLocation> {
+        derived(format!("{}{name}{}", self.0.dir(), self.0.query()))
+    }
+
+    /// For tests: how many URIs native calls have parsed from a `str` or
+    /// path argument since the module loaded (a `Location` argument is not
+    /// parsed again, nor is one derived by `child`, `sibling` or `renamed`).
+    #[staticmethod]
+    fn parsed_from_python() -> u64 {
+        PARSED_FROM_PYTHON.load(Ordering::Relaxed)
+    }
+
     fn __str__(&self) -> &str {
         self.0.display()
     }
@@ -96,5 +131,10 @@ pub fn location_arg(uri: &Bound<'_, PyAny>) -> PyResult<Location> {
             }
         }
     };
+    PARSED_FROM_PYTHON.fetch_add(1, Ordering::Relaxed);
     Location::parse(&text).map_err(to_py)
+}
+
+fn derived(uri: String) -> PyResult<PyLocation> {
+    Location::parse(&uri).map(PyLocation).map_err(to_py)
 }

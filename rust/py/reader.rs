@@ -7,7 +7,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use super::buffers::{Held, Regions};
 use super::errors::to_py;
 use super::gil::run_blocking;
-use super::location::location_arg;
+use super::location::{location_arg, PyLocation};
 use super::mapped::Mapping;
 use super::options;
 use super::staging::Staging;
@@ -26,6 +26,7 @@ type PySlice = Option<(usize, Vec<(u64, u64)>)>;
 #[pyclass(module = "fastshard._native", frozen)]
 pub struct Reader {
     file: Arc<TensorFile>,
+    location: crate::location::Location,
 }
 
 #[pymethods]
@@ -53,6 +54,7 @@ impl Reader {
         .map_err(to_py)?;
         Ok(Reader {
             file: Arc::new(file),
+            location: loc,
         })
     }
 
@@ -69,6 +71,13 @@ impl Reader {
     #[getter]
     fn uri(&self) -> &str {
         self.file.uri()
+    }
+
+    /// Where it was opened (a set's: the location naming the set), parsed
+    /// already, for the Python layer's questions about it.
+    #[getter]
+    fn location(&self) -> PyLocation {
+        PyLocation::from(self.location.clone())
     }
 
     #[getter]

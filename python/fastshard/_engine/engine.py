@@ -40,6 +40,7 @@ class Engine:
         self._infos = infos
         self._native_index = native_index
         self.uri: str = reader.uri
+        self.location = reader.location  # parsed by the open: asked, never parsed again
         self.file_size: int = reader.file_size
         self.discovery_seconds = discovery_seconds
         self.stats = LoadStats()  # of the last load
@@ -63,6 +64,10 @@ class Engine:
     def stage_unit(self) -> int:
         """The smallest piece a staged load cuts tensors in (``_ring``)."""
         return self.native().stage_unit
+
+    @property
+    def infos(self) -> list[TensorInfo]:
+        return self._infos
 
     def info_at(self, index: int) -> TensorInfo:
         return self._infos[index]
@@ -171,7 +176,7 @@ class Engine:
         """One load of ``total`` tensor bytes: its progress bar (per the
         ``progress`` option) follows every native load made inside."""
         self._first_fill = None
-        with _progress.Bar(self.uri, total, self._settings.progress) as bar:
+        with _progress.Bar(self.location, total, self._settings.progress) as bar:
             self._counter = bar.counter
             try:
                 yield

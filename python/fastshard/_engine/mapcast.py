@@ -51,7 +51,7 @@ def split(
         engine.budget.bounded
         or engine.verify_hash
         or engine.encrypted
-        or not _location.is_local(engine.uri)
+        or not _location.is_local(engine.location)
         or len(engine.native().members()) > 1
     ):
         return [], list(items)

@@ -38,14 +38,14 @@ class Bar:
     """Context manager around one load: ``counter`` goes to every native
     load of it; the bar, when shown, follows the counter."""
 
-    def __init__(self, uri: str, total: int, progress: object) -> None:
+    def __init__(self, uri: _location.Uri, total: int, progress: object) -> None:
         self.counter = _native.Progress()
         self.total = total
         self._show = wanted(progress, total)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._bar = None
-        self._name = _location.name(uri) or uri
+        self._name = _location.name(uri) or _location.display(uri)
 
     def __enter__(self) -> Bar:
         if self._show:

@@ -51,7 +51,7 @@ class Checkpoint:
         return _shown(self.index)
 
 
-def is_index(uri: str) -> bool:
+def is_index(uri: _location.Uri) -> bool:
     return _location.name(uri).endswith(INDEX_SUFFIX)
 
 
@@ -68,12 +68,13 @@ def _shard_name(name: Any, index: str) -> str:
     return str(name)
 
 
-def read_index(location: str, source_opts: dict[str, Any]) -> Checkpoint | None:
+def read_index(location: _location.Uri, source_opts: dict[str, Any]) -> Checkpoint | None:
     """The checkpoint an index file describes; None if there is no file."""
-    data = _native.read_object(location, max_bytes=INDEX_MAX_BYTES, **source_opts)
+    loc = _location.parsed(location)
+    data = _native.read_object(loc, max_bytes=INDEX_MAX_BYTES, **source_opts)
     if data is None:
         return None
-    shown = _shown(location)
+    shown = loc.display
     try:
         doc = json.loads(data)
         weight_map = doc["weight_map"]
@@ -84,11 +85,11 @@ def read_index(location: str, source_opts: dict[str, Any]) -> Checkpoint | None:
             f"{shown}: not a safetensors index (a JSON object with a weight_map): {e}",
             uri=shown,
         ) from e
-    names = sorted({_shard_name(n, location) for n in weight_map.values()})
+    names = sorted({_shard_name(n, shown) for n in weight_map.values()})
     if not names:
         raise FormatError(f"{shown}: the weight_map names no shard files", uri=shown)
-    files = tuple(_location.sibling(location, n) for n in names)
-    return Checkpoint(location, files, dict(weight_map))
+    files = tuple(_location.sibling(loc, n) for n in names)
+    return Checkpoint(_location.text(loc), files, dict(weight_map))
 
 
 def open_reader(
@@ -96,25 +97,26 @@ def open_reader(
 ) -> tuple[_native.Reader, Checkpoint | None]:
     """The native reader of what ``shard.resolve`` found: one file, or the
     files of the HF checkpoint a directory (or index URI) holds."""
-    if resolved.rank is None and is_index(resolved.uri):
-        ckpt = read_index(resolved.uri, source_opts)
+    loc = resolved.file
+    if resolved.rank is None and is_index(loc):
+        ckpt = read_index(loc, source_opts)
         if ckpt is None:
-            raise NotFoundError(f"{_shown(resolved.uri)} not found", uri=_shown(resolved.uri))
+            raise NotFoundError(f"{loc.display} not found", uri=loc.display)
         return _open_checkpoint(ckpt, source_opts), ckpt
     try:
-        return _native.Reader(resolved.uri, **source_opts), None
+        return _native.Reader(loc, **source_opts), None
     except NotFoundError as e:
         if resolved.directory is None:
             raise shard.name_rank(e, resolved) from e
         missing = e
-    directory = resolved.directory
-    ckpt = read_index(_location.child(directory, INDEX_NAME), source_opts)
+    directory = resolved.dir_location or _native.Location(resolved.directory)
+    ckpt = read_index(directory.child(INDEX_NAME), source_opts)
     if ckpt is not None:
         return _open_checkpoint(ckpt, source_opts), ckpt
     try:
-        return _native.Reader(_location.child(directory, SINGLE_NAME), **source_opts), None
+        return _native.Reader(directory.child(SINGLE_NAME), **source_opts), None
     except NotFoundError:
-        shown = _shown(directory)
+        shown = directory.display
         raise NotFoundError(
             f"{shown} holds no weights fastshard knows: no {shard.MANIFEST_NAME}, "
             f"{shard.DEFAULT_FILE}, {INDEX_NAME} or {SINGLE_NAME}",

@@ -9,6 +9,9 @@ character. An unknown scheme is an ``UnsupportedError``. What is built from
 the parts here (folders, children, siblings) is string work on the
 ``head`` the native type returns; templates, manifests and directory
 layouts are policy above this (shard.py).
+
+Every question takes a ``Location`` as well as a string: an open parses its
+URI once (``parsed``) and asks the parsed form from there on.
 """
 
 from __future__ import annotations
@@ -19,54 +22,66 @@ from .._native import Location
 from ..errors import FastshardError
 
 Kind = Literal["file", "s3", "gs", "http"]
+Uri = str | Location
 
 
-def kind(uri: str) -> Kind:
-    return Location(uri).kind
+def parsed(uri: Uri) -> Location:
+    """``uri`` parsed, or as it is when it was parsed already."""
+    return uri if isinstance(uri, Location) else Location(uri)
 
 
-def local_path(uri: str) -> str | None:
+def text(loc: Location) -> str:
+    """The URI as given (a URL's query string, a secret, included): for the
+    places that keep a string."""
+    return loc.head + loc.query
+
+
+def kind(uri: Uri) -> Kind:
+    return parsed(uri).kind
+
+
+def local_path(uri: Uri) -> str | None:
     """The file system path of a local URI; None for s3:// and URLs."""
-    return Location(uri).path
+    return parsed(uri).path
 
 
-def is_local(uri: str) -> bool:
+def is_local(uri: Uri) -> bool:
     return local_path(uri) is not None
 
 
-def split(uri: str) -> tuple[str, str]:
+def split(uri: Uri) -> tuple[str, str]:
     """(``head``, ``query``): a URL without and with only its ``?…`` part;
     any other URI whole, and ``""``."""
-    loc = Location(uri)
+    loc = parsed(uri)
     return loc.head, loc.query
 
 
-def head(uri: str) -> str:
-    return Location(uri).head
+def head(uri: Uri) -> str:
+    return parsed(uri).head
 
 
-def query(uri: str) -> str:
+def query(uri: Uri) -> str:
     """``"?…"`` of a URL (a presigned URL's signature among it), else ``""``."""
-    return Location(uri).query
+    return parsed(uri).query
 
 
-def display(uri: str) -> str:
+def display(uri: Uri) -> str:
     """``uri`` safe to show: no user info, fragment or query string. A URI
     the native type refuses is shown as its error shows it (redacted the
     same way), so a message about a bad URI never leaks one either."""
     try:
-        return Location(uri).display
+        return parsed(uri).display
     except FastshardError as e:
         return e.uri or "<unparsable URI>"
 
 
-def is_dir(uri: str) -> bool:
+def is_dir(uri: Uri) -> bool:
     """A directory or prefix: the path ends in ``/``, or names a local
     directory."""
-    return Location(uri).is_dir
+    return parsed(uri).is_dir
 
 
-def directory(uri: str) -> str:
+def directory(uri: Uri) -> str:
     """``uri`` up to and including its last ``/``: the folder or prefix it
     is in (a URL's query string stays out: it signs the object, not the
     folder)."""
@@ -74,18 +89,18 @@ def directory(uri: str) -> str:
     return h[: h.rfind("/") + 1]
 
 
-def name(uri: str) -> str:
+def name(uri: Uri) -> str:
     """The last component of the path (empty for a directory URI)."""
     h = head(uri)
     return h[h.rfind("/") + 1 :]
 
 
-def sibling(uri: str, other: str) -> str:
+def sibling(uri: Uri, other: str) -> str:
     """The object called ``other`` in the folder ``uri`` is in."""
-    return Location(uri).sibling(other).head
+    return parsed(uri).sibling(other).head
 
 
-def child(uri: str, other: str) -> str:
+def child(uri: Uri, other: str) -> str:
     """``other`` inside the directory or prefix ``uri`` (which may lack its
     trailing ``/``); a URL keeps its query string."""
     h, q = split(uri)

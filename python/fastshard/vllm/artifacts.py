@@ -25,8 +25,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .. import _native
-from .._layouts import location as _location
+from .. import _core
+from .._core import location as _location
 from ..errors import IntegrityError, InvalidArgumentError, NotFoundError
 from ..shard import MANIFEST_NAME
 
@@ -97,12 +97,10 @@ def copy_artifacts(source: Path, dest_dir: str, opts: dict[str, Any]) -> list[st
     files = []
     for name in names:
         data = (source / name).read_bytes()
-        _native.write_object(dest_dir + name, data, **opts)
+        _core.write_object(dest_dir + name, data, **opts)
         files.append({"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
     index = {"format": INDEX_FORMAT, "version": INDEX_VERSION, "files": files}
-    _native.write_object(
-        dest_dir + INDEX_NAME, (json.dumps(index, indent=1) + "\n").encode(), **opts
-    )
+    _core.write_object(dest_dir + INDEX_NAME, (json.dumps(index, indent=1) + "\n").encode(), **opts)
     return names
 
 
@@ -157,7 +155,7 @@ def _matches(path: Path, size: int, digest: str) -> bool:
 def _read_index(prefix: str, opts: dict[str, Any]) -> list[tuple[str, int, str]] | None:
     """``(name, size, sha256)`` of every artifact ``prefix``'s index lists,
     every name checked to stay inside a directory; None without an index."""
-    raw = _native.read_object(prefix + INDEX_NAME, max_bytes=4 << 20, **opts)
+    raw = _core.read_object(prefix + INDEX_NAME, max_bytes=4 << 20, **opts)
     if raw is None:
         return None
     try:
@@ -179,7 +177,7 @@ def _fetch_hf_files(prefix: str, cache_dir: Path, opts: dict[str, Any]) -> list[
         cache_dir.mkdir(exist_ok=True)
         out = []
         for name in HF_ARTIFACTS:
-            data = _native.read_object(prefix + name, max_bytes=MAX_ARTIFACT_BYTES, **opts)
+            data = _core.read_object(prefix + name, max_bytes=MAX_ARTIFACT_BYTES, **opts)
             if data is None:
                 if name == "config.json":
                     raise NotFoundError(
@@ -223,7 +221,7 @@ def fetch_artifacts(prefix: str, cache_dir: Path, opts: dict[str, Any]) -> list[
 def _fetch_one(
     prefix: str, name: str, target: Path, size: int, digest: str, opts: dict[str, Any]
 ) -> None:
-    data = _native.read_object(prefix + name, max_bytes=MAX_ARTIFACT_BYTES, **opts)
+    data = _core.read_object(prefix + name, max_bytes=MAX_ARTIFACT_BYTES, **opts)
     if data is None:
         raise NotFoundError(f"{prefix}{name} is listed but missing", uri=prefix + name)
     if len(data) != size or hashlib.sha256(data).hexdigest() != digest:

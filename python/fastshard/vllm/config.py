@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .._layouts import location as _location
-from .._native import SOURCE_OPTIONS
+from .._core import SOURCE_OPTIONS
+from .._core import location as _location
 from ..errors import InvalidArgumentError
 
 # A child of vLLM's logger, so vLLM prints it in its format (loader.py).

@@ -16,22 +16,22 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
 
 import fastshard
 
-from .. import tp
-from .._coop import peers as _peers
-from .._coop import plan as cp
-from .._engine import dispatch as _dispatch
-from .._types import LoadStats
+from .. import _core, tp
+from .._core import LoadStats
 from ..errors import FastshardError, InvalidArgumentError
 from . import probe as _probe
 from . import ranks as _ranks
 from .lazy import LazyWeight
+
+if TYPE_CHECKING:
+    from .._core import Key
 
 log = logging.getLogger("vllm.fastshard")
 
@@ -123,7 +123,7 @@ class Feed:
         self.sliceable = not (f.verify_hash or f.encrypted)
         self.lazy = ranks.tp_size > 1 and not self.share and self.sliceable
         # Cooperative: each tensor's slices this rank takes (None: whole).
-        self.uses: dict[str, list[cp.Key]] = {i.name.lstrip("."): [None] for i in self.infos}
+        self.uses: dict[str, list[Key]] = {i.name.lstrip("."): [None] for i in self.infos}
 
     def probe(self, model: nn.Module) -> None:
         """Cooperative: find the slices this rank's weight loaders take, by
@@ -153,37 +153,39 @@ class Feed:
         self.stats.add(self.f.fill([self.f.index_of(info.name)], [out], [sl]))
         return out
 
-    def _shared(self, batch: list[fastshard.TensorInfo]) -> dict[tuple[str, cp.Key], torch.Tensor]:
+    def _shared(self, batch: list[fastshard.TensorInfo]) -> dict[tuple[str, Key], torch.Tensor]:
         """The slices this rank takes of ``batch``'s tensors, by (name, key),
         fetched once by the group (``cooperative.load``), each rank
         receiving only its own."""
-        rank, ws = self.ranks.tp_rank, self.ranks.tp_size
-        link = _dispatch.group_for(True, self.ranks.tp_group, True, rank, ws)
-        with _dispatch.planning(link):
-            wanted = [(i, k) for i in batch for k in self.uses.get(i.name.lstrip("."), [])]
-            jobs = []
-            for info, key in wanted:
-                sl = cp.slice_of(key)
-                shape = tp.sliced_shape(info.shape, sl)
-                # Where the exchange runs (a GPU's for NCCL): no copy on arrival.
-                out = torch.empty(shape, dtype=info.dtype, device=link.device if link else None)
-                jobs.append(_dispatch.Job(self.f.index_of(info.name), sl, shape, out, True))
-        self.stats.add(_dispatch.load(self.f.engine, jobs, link))
-        return {(i.name, k): j.dest for (i, k), j in zip(wanted, jobs, strict=True)}
+        wanted: list[tuple[fastshard.TensorInfo, Key]] = []
+
+        def pick() -> _core.Wanted:
+            wanted.extend((i, k) for i in batch for k in self.uses.get(i.name.lstrip("."), []))
+            return [
+                (self.f.index_of(i.name), k, tp.sliced_shape(i.shape, _core.slice_of(k)), i.dtype)
+                for i, k in wanted
+            ]
+
+        ranks = self.ranks
+        got, stats = _core.load_shared(
+            self.f.engine, ranks.tp_group, ranks.tp_rank, ranks.tp_size, pick
+        )
+        self.stats.add(stats)
+        return {(i.name, k): t for (i, k), t in zip(wanted, got, strict=True)}
 
     def _take(
         self,
         info: fastshard.TensorInfo,
-        parts: dict[tuple[str, cp.Key], torch.Tensor],
+        parts: dict[tuple[str, Key], torch.Tensor],
         sl: tp.Slice | None,
     ) -> torch.Tensor:
         """A slice the shared load fetched, or one the probe did not see
         (read alone: not a collective, so it cannot hang the group)."""
-        got = parts.get((info.name, cp.key_of(sl)))
+        got = parts.get((info.name, _core.key_of(sl)))
         return got if got is not None else self._read(info, sl)
 
     def _weight(
-        self, info: fastshard.TensorInfo, parts: dict[tuple[str, cp.Key], torch.Tensor]
+        self, info: fastshard.TensorInfo, parts: dict[tuple[str, Key], torch.Tensor]
     ) -> torch.Tensor:
         if self.uses.get(info.name.lstrip(".")) == [None]:
             return parts[(info.name, None)]
@@ -224,7 +226,7 @@ class Feed:
         waiting for this one. A fastshard error from a load has told them
         already."""
         if self.share and not self.done and not isinstance(error, FastshardError):
-            _peers.abandon(self.ranks.tp_group, self.ranks.tp_rank, error)
+            _core.abandon(self.ranks.tp_group, self.ranks.tp_rank, error)
 
     def refused(self, model: nn.Module, error: Exception) -> Exception:
         """vLLM's ``load_weights`` raising ``error`` as a fastshard error

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .. import _native
-from .._layouts import location as _location
-from .._options import source_options
+from .. import _core
+from .._core import location as _location
+from .._core import source_options
 from ..crypt import EncryptionKey
 from ..errors import NotFoundError
 
@@ -22,7 +22,7 @@ def encryption_key(keyfile: str, opts: Mapping[str, Any]) -> EncryptionKey:
     path = _location.local_path(keyfile)
     if path is not None:
         return EncryptionKey.from_file(path)
-    raw = _native.read_object(keyfile, max_bytes=_KEY_MAX_BYTES, **source_options(opts))
+    raw = _core.read_object(keyfile, max_bytes=_KEY_MAX_BYTES, **source_options(opts))
     if raw is None:
         shown = _location.display(keyfile)
         raise NotFoundError(f"encryption_keyfile {shown} does not exist", uri=shown)

@@ -45,8 +45,7 @@ from vllm.utils.torch_utils import set_default_torch_dtype
 
 import fastshard
 
-from .._budget import Budget
-from .._types import LoadStats
+from .._core import Budget, LoadStats
 from ..errors import InvalidArgumentError, ShardMismatchError
 from . import hf
 from . import ranks as _ranks

@@ -18,13 +18,15 @@ for every tensor whole, which is correct, only not the cheapest.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .._coop import plan as cp
 from .lazy import DEVICE_QUERY, METADATA
+
+if TYPE_CHECKING:
+    from .._core import Key
 
 # Uses that need values, answered with zeros after noting a whole use.
 _VALUES = {torch.Tensor.item, torch.Tensor.tolist}
@@ -41,16 +43,16 @@ class Probe(torch.Tensor):
     shared by the probe handed to the model and every tensor derived from
     it; only uses of the one handed over are noted."""
 
-    uses: list[cp.Key]
+    uses: list[Key]
     root: bool
 
     @staticmethod
-    def __new__(cls: type[Probe], meta: torch.Tensor, uses: list[cp.Key], root: bool) -> Probe:
+    def __new__(cls: type[Probe], meta: torch.Tensor, uses: list[Key], root: bool) -> Probe:
         self = torch.Tensor._make_subclass(cls, meta)
         self.uses, self.root = uses, root
         return self
 
-    def note(self, key: cp.Key) -> None:
+    def note(self, key: Key) -> None:
         if self.root and key not in self.uses:
             self.uses.append(key)
 
@@ -101,7 +103,7 @@ def _writes_into_real(func: Any, args: tuple[Any, ...]) -> bool:
     return name in ("__setitem__", "__set__") or (name.endswith("_") and not name.endswith("__"))
 
 
-def _on_meta(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], uses: list[cp.Key]) -> Any:
+def _on_meta(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], uses: list[Key]) -> Any:
     def bare(x: Any) -> Any:
         return x.as_subclass(torch.Tensor) if isinstance(x, Probe) else x
 
@@ -125,11 +127,11 @@ def _on_meta(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], uses: lis
 
 def probe(
     load_weights: Any, weights: Iterable[tuple[str, tuple[int, ...], torch.dtype]]
-) -> dict[str, list[cp.Key]]:
+) -> dict[str, list[Key]]:
     """Run ``load_weights`` on probes of ``weights`` (name, shape, dtype):
     each name's slices, in the order the model took them (an empty list:
     the model did not use it). Raises ``ProbeFailed``."""
-    uses: dict[str, list[cp.Key]] = {}
+    uses: dict[str, list[Key]] = {}
 
     def feed() -> Iterable[tuple[str, torch.Tensor]]:
         for name, shape, dtype in weights:

@@ -30,8 +30,8 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._layouts import location as _location
-from .._options import source_options
+from .._core import location as _location
+from .._core import source_options
 from ..errors import InvalidArgumentError, UnsupportedError
 from .artifacts import cache_dir_for, fetch_artifacts
 from .config import parse_extra_config

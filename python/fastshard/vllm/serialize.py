@@ -22,8 +22,8 @@ from typing import Any, Unpack
 import torch
 
 from .. import __version__, shard, writer
-from .._layouts import location as _location
-from .._options import StoreOptions, save_settings, source_options
+from .._core import StoreOptions, save_settings, source_options
+from .._core import location as _location
 from ..errors import InvalidArgumentError
 from . import ranks as _ranks
 from .artifacts import copy_artifacts, model_directory

@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from .._layouts import location as _location
+from .._core import location as _location
 from ._commands import Subparsers, vllm_subcommand
 from .artifacts import cache_dir_for, cache_root, fetch_artifacts
 
