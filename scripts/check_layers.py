@@ -95,6 +95,8 @@ def python_edges(package: Path) -> tuple[list[Edge], set[str]]:
     modules = python_modules(package)
     edges: list[Edge] = []
     for name, path in modules.items():
+        if path.suffix == ".pyi":
+            continue  # a native module: its stub imports types, the module nothing
         tree = ast.parse(path.read_text(), filename=str(path))
         skipped = _type_checking_only(tree)
         is_package = path.name == "__init__.py"

@@ -17,6 +17,23 @@ from fastshard._budget import Budget
 from fastshard._options import OpenOptions, SaveOptions
 
 
+def test_the_source_options_are_listed_once_on_each_side() -> None:
+    """rust/py/options.rs lists the names the native layer takes
+    (``SOURCE_OPTIONS`` at run time, compared with the typed list below);
+    ``_options.SourceOptions`` types them, and the stubs reuse that type
+    rather than keeping a third list."""
+    root = Path(__file__).resolve().parent.parent
+    rust = (root / "rust" / "py" / "options.rs").read_text()
+    known = rust.split("pub const KNOWN: &[&str] = &[", 1)[1].split("];", 1)[0]
+    assert [n.strip().strip('"') for n in known.split(",") if n.strip()] == list(
+        _native.SOURCE_OPTIONS
+    )
+    stub = (root / "python" / "fastshard" / "_native.pyi").read_text()
+    assert "from fastshard._options import SourceOptions as _SourceOptions" in stub
+    assert "class _SourceOptions" not in stub
+    assert all(f"{name}:" not in stub for name in _native.SOURCE_OPTIONS)
+
+
 def test_the_typed_options_are_the_native_layers() -> None:
     assert _options.SourceOptions.__optional_keys__ == set(_native.SOURCE_OPTIONS)
     assert not _options.OpenOptions.__required_keys__

@@ -11,6 +11,10 @@ from typing import Any, Literal, final
 
 from typing_extensions import Buffer, TypedDict, Unpack
 
+# The source options are typed once, in fastshard._options; their names here
+# at run time (SOURCE_OPTIONS, from rust/py/options.rs) are tested equal to it.
+from fastshard._options import SourceOptions as _SourceOptions
+
 __all__ = [
     "SOURCE_OPTIONS",
     "STAGE_ALIGN",
@@ -42,66 +46,19 @@ _EntryTuple = tuple[str, list[_PathPart] | None, int, str, list[int], int, int, 
 # reads take the file's). Built by fastshard.EncryptionKey.native().
 _EncryptionTuple = tuple[Literal["key", "passphrase"], bytes, int, int]
 
+class _LoadKnobs(TypedDict, total=False):
+    """The keywords of ``Reader.load`` and ``Reader.stage``."""
+
+    verify_hash: bool
+    concurrency: int | None
+    throughput_target_gbps: float | None
+    part_size_bytes: int | None
+    max_host_bytes: int | None
+    encryption: _EncryptionTuple | None
+    progress: Progress | None
+
 # (name_or_path, tensor_type, module_idx, dtype, shape, is_meta)
 _SpecTuple = tuple[str | Sequence[_PathPart], int, int, str, Sequence[int], bool]
-
-class _SourceOptions(TypedDict, total=False):
-    """Where an object is and how to reach it; shared by ``Reader`` and
-    ``write_file``. Unknown names raise InvalidArgumentError. ``None`` means
-    "look it up" (see below).
-
-    s3_endpoint: URL of the S3 API (``http://`` only when it says so; a bare
-        host gets ``https://``).
-    s3_access_key_id, s3_secret_access_key: static keys, both or neither;
-        two empty strings ask for anonymous access (tensorizer's convention).
-    s3_session_token: with the explicit keys.
-    s3_region: signing region (else AWS_REGION, AWS_DEFAULT_REGION, the
-        profile, then us-east-1).
-    s3_profile: AWS profile name (else AWS_PROFILE).
-    s3_config_path: an s3cmd config to read instead of ``~/.s3cfg``.
-    s3_addressing: "auto" (path style for custom endpoints, virtual hosts
-        for AWS), "path" or "virtual".
-    ca_bundle: PEM file of extra trusted CAs; S3 falls back to AWS_CA_BUNDLE,
-        https:// URLs use only this option.
-    s3_anonymous: send unsigned requests, whatever credentials exist.
-    gcs_endpoint: base URL of the Cloud Storage API (an emulator's; else
-        STORAGE_EMULATOR_HOST, else Google's).
-    gcs_service_account: a service-account key file (JSON) for gs:// URIs.
-    gcs_anonymous: unsigned gs:// requests (public buckets).
-    max_attempts: attempts per ranged read, the first included (default 10);
-        only transient failures (5xx, 503 SlowDown, resets, timeouts, short
-        bodies) are retried, with jittered exponential backoff.
-    deadline_seconds: stop retrying this many seconds after the Reader (or
-        the write) was created.
-
-    Credentials not given explicitly come from, in order: S3_ACCESS_KEY_ID/
-    S3_SECRET_ACCESS_KEY (vLLM), ``~/.s3cfg`` [default] (access_key,
-    secret_key; with its host_base and use_https), the AWS chain (AWS_*
-    variables, AWS_PROFILE, ~/.aws/credentials and ~/.aws/config, web
-    identity, containers; EC2 metadata only on EC2), else anonymous. The
-    endpoint: s3_endpoint, S3_ENDPOINT_URL, .s3cfg host_base (when its keys
-    were used), AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's
-    endpoint_url, else AWS. For gs://: gcs_service_account, gcs_anonymous,
-    GOOGLE_APPLICATION_CREDENTIALS, gcloud's default credentials, the metadata
-    server; requests to STORAGE_EMULATOR_HOST are unsigned unless a service
-    account is given.
-    """
-
-    s3_endpoint: str | None
-    s3_access_key_id: str | None
-    s3_secret_access_key: str | None
-    s3_session_token: str | None
-    s3_region: str | None
-    s3_profile: str | None
-    s3_config_path: str | PathLike[str] | None
-    s3_addressing: Literal["auto", "path", "virtual"] | None
-    ca_bundle: str | PathLike[str] | None
-    s3_anonymous: bool | None
-    gcs_endpoint: str | None
-    gcs_service_account: str | PathLike[str] | None
-    gcs_anonymous: bool | None
-    max_attempts: int | None
-    deadline_seconds: float | None
 
 # Names of the source options (keys of _SourceOptions), as the native layer accepts them.
 SOURCE_OPTIONS: list[str]
@@ -338,13 +295,7 @@ class Reader:
         buffers: Sequence[Buffer],
         *,
         slices: Sequence[tuple[int, Sequence[tuple[int, int]]] | None] | None = None,
-        verify_hash: bool = False,
-        concurrency: int | None = None,
-        throughput_target_gbps: float | None = None,
-        part_size_bytes: int | None = None,
-        max_host_bytes: int | None = None,
-        encryption: _EncryptionTuple | None = None,
-        progress: Progress | None = None,
+        **knobs: Unpack[_LoadKnobs],
     ) -> dict[str, Any]:
         """Fill ``buffers[i]`` with the bytes of tensor ``indices[i]``, or
         with its slice ``slices[i] = (dim, [(start, length), ...])`` (the
@@ -385,14 +336,7 @@ class Reader:
         targets: Sequence[tuple[int, int, bool] | None],
         slabs: Sequence[Slab],
         slab_bytes: int,
-        *,
-        verify_hash: bool = False,
-        concurrency: int | None = None,
-        throughput_target_gbps: float | None = None,
-        part_size_bytes: int | None = None,
-        max_host_bytes: int | None = None,
-        encryption: _EncryptionTuple | None = None,
-        progress: Progress | None = None,
+        **knobs: Unpack[_LoadKnobs],
     ) -> Staging:
         """Start a staged load of tensors ``indices`` (their ``slices`` as
         in ``load``; slices of an encrypted file too) into ``slabs``: at

@@ -30,8 +30,45 @@ MiB = 1 << 20
 
 class StoreOptions(TypedDict, total=False):
     """Where an S3 object or URL is, which credentials to use, how hard to
-    retry (``fastshard.open``'s docstring says what each one means). ``None``
-    means "look it up"."""
+    retry; the native ``Reader``, ``write_file`` and object calls take them
+    too. ``None`` means "look it up"; unknown names raise InvalidArgumentError.
+
+    s3_endpoint: URL of the S3 API (``http://`` only when it says so; a bare
+        host gets ``https://``).
+    s3_access_key_id, s3_secret_access_key: static keys, both or neither;
+        two empty strings ask for anonymous access (tensorizer's convention).
+    s3_session_token: with the explicit keys.
+    s3_region: signing region (else AWS_REGION, AWS_DEFAULT_REGION, the
+        profile, then us-east-1).
+    s3_profile: AWS profile name (else AWS_PROFILE).
+    s3_config_path: an s3cmd config to read instead of ``~/.s3cfg``.
+    s3_addressing: "auto" (path style for custom endpoints, virtual hosts
+        for AWS), "path" or "virtual".
+    ca_bundle: PEM file of extra trusted CAs; S3 falls back to AWS_CA_BUNDLE,
+        https:// URLs use only this option.
+    s3_anonymous: send unsigned requests, whatever credentials exist.
+    gcs_endpoint: base URL of the Cloud Storage API (an emulator's; else
+        STORAGE_EMULATOR_HOST, else Google's).
+    gcs_service_account: a service-account key file (JSON) for gs:// URIs.
+    gcs_anonymous: unsigned gs:// requests (public buckets).
+    max_attempts: attempts per ranged read, the first included (default 10);
+        only transient failures (5xx, 503 SlowDown, resets, timeouts, short
+        bodies) are retried, with jittered exponential backoff.
+    deadline_seconds: stop retrying this many seconds after the Reader (or
+        the write) was created.
+
+    Credentials not given explicitly come from, in order: S3_ACCESS_KEY_ID/
+    S3_SECRET_ACCESS_KEY (vLLM), ``~/.s3cfg`` [default] (access_key,
+    secret_key; with its host_base and use_https), the AWS chain (AWS_*
+    variables, AWS_PROFILE, ~/.aws/credentials and ~/.aws/config, web
+    identity, containers; EC2 metadata only on EC2), else anonymous. The
+    endpoint: s3_endpoint, S3_ENDPOINT_URL, .s3cfg host_base (when its keys
+    were used), AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the profile's
+    endpoint_url, else AWS. For gs://: gcs_service_account, gcs_anonymous,
+    GOOGLE_APPLICATION_CREDENTIALS, gcloud's default credentials, the metadata
+    server; requests to STORAGE_EMULATOR_HOST are unsigned unless a service
+    account is given.
+    """
 
     s3_endpoint: str | None
     s3_access_key_id: str | None

@@ -40,7 +40,38 @@ METADATA = {
 DEVICE_QUERY = torch.Tensor.device.__get__
 
 
-class LazyWeight(torch.Tensor):
+class StandIn(torch.Tensor):
+    """A weight without its data yet (LazyWeight, the probe's Probe): on the
+    CPU (where it is read into), its metadata its own, ``narrow`` its own
+    (``_narrow``); any other use is the subclass's ``_use``."""
+
+    def _narrow(self, dim: int, start: int, length: int) -> torch.Tensor:
+        raise NotImplementedError
+
+    @classmethod
+    def _use(cls, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def __torch_function__(
+        cls,
+        func: Any,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func == DEVICE_QUERY:
+            return torch.device("cpu")
+        if func in METADATA:
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        if func is torch.Tensor.narrow and isinstance(args[0], cls) and not kwargs:
+            return args[0]._narrow(*args[1:])
+        return cls._use(func, args, kwargs)
+
+
+class LazyWeight(StandIn):
     """A file's tensor, read on first use (see the module doc)."""
 
     _read: Reader
@@ -72,22 +103,7 @@ class LazyWeight(torch.Tensor):
         return self._read((dim, [(start, length)]))
 
     @classmethod
-    def __torch_function__(
-        cls,
-        func: Any,
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        kwargs = kwargs or {}
-        if func == DEVICE_QUERY:
-            return torch.device("cpu")  # what it reads into
-        if func in METADATA:
-            with torch._C.DisableTorchFunctionSubclass():
-                return func(*args, **kwargs)
-        if func is torch.Tensor.narrow and type(args[0]) is cls and not kwargs:
-            return args[0]._narrow(*args[1:])
-
+    def _use(cls, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         def real(x: Any) -> Any:
             return x.materialize() if isinstance(x, LazyWeight) else x
 

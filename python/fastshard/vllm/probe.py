@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .lazy import DEVICE_QUERY, METADATA
+from .lazy import StandIn
 
 if TYPE_CHECKING:
     from .._core import Key
@@ -38,7 +38,7 @@ class ProbeFailed(Exception):  # noqa: N818 - never leaves the Feed, which falls
     """The model used a probe in a way it cannot follow."""
 
 
-class Probe(torch.Tensor):
+class Probe(StandIn):
     """A weight of the file without data (see the module doc). ``uses`` is
     shared by the probe handed to the model and every tensor derived from
     it; only uses of the one handed over are noted."""
@@ -56,22 +56,21 @@ class Probe(torch.Tensor):
         if self.root and key not in self.uses:
             self.uses.append(key)
 
-    @classmethod
-    def __torch_function__(
-        cls,
-        func: Any,
-        types: Any,
-        args: tuple[Any, ...] = (),
-        kwargs: dict[str, Any] | None = None,
-    ) -> Any:
-        kwargs = kwargs or {}
-        if func == DEVICE_QUERY:
-            return torch.device("cpu")  # as LazyWeight says
+    def _narrow(self, dim: int, start: int, length: int) -> Probe:
         with torch._C.DisableTorchFunctionSubclass():
-            if func in METADATA:
-                return func(*args, **kwargs)
-            if func is torch.Tensor.narrow and isinstance(args[0], Probe) and not kwargs:
-                return _narrow(args[0], *args[1:])
+            dim = dim + self.dim() if dim < 0 else dim
+            start = int(start)
+            size = self.shape[dim]
+            if 0 <= start and start + length <= size:
+                self.note((dim, ((start, int(length)),)))
+            else:
+                self.note(None)  # LazyWeight reads the whole tensor for this
+            narrowed = self.as_subclass(torch.Tensor).narrow(dim, start, length)
+            return Probe(narrowed, self.uses, False)
+
+    @classmethod
+    def _use(cls, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        with torch._C.DisableTorchFunctionSubclass():
             probes = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, Probe)]
             for p in probes:
                 p.note(None)
@@ -82,17 +81,6 @@ class Probe(torch.Tensor):
             if func in _VALUES:
                 return func(torch.zeros(args[0].shape, dtype=args[0].dtype))
             return _on_meta(func, args, kwargs, probes[0].uses)
-
-
-def _narrow(p: Probe, dim: int, start: int, length: int) -> Probe:
-    dim = dim + p.dim() if dim < 0 else dim
-    start = int(start)
-    size = p.shape[dim]
-    if 0 <= start and start + length <= size:
-        p.note((dim, ((start, int(length)),)))
-    else:
-        p.note(None)  # LazyWeight reads the whole tensor for this
-    return Probe(p.as_subclass(torch.Tensor).narrow(dim, start, length), p.uses, False)
 
 
 def _writes_into_real(func: Any, args: tuple[Any, ...]) -> bool:
