@@ -7,7 +7,7 @@ of the replicated ones, and row-parallel slices are strided, so ranks that
 each read their own share fetch more than the object between them. Here the
 tensors are split into contiguous byte ranges, one per rank (each rank reads
 its range at full speed); the ranks first tell each other which slices they
-load (``_coopplan``), then in rounds each rank fetches a batch of its range
+load (``_coop.plan``), then in rounds each rank fetches a batch of its range
 and every rank takes, from every batch, only its slices and the replicated
 tensors it loads. Traffic to the store per group is the object's size,
 whatever the world size; a rank receives about its own share of the split

@@ -58,7 +58,7 @@ impl Mapping {
     /// region before any byte moves; an op whose item is unbound (a type
     /// the cast does not handle) is refused, as are regions that share a
     /// byte (the copies run in parallel). Addresses, not buffers, as
-    /// for `bind_host`: private to `fastshard._mapcast`, which keeps the
+    /// for `bind_host`: private to `fastshard._engine.mapcast`, which keeps the
     /// destinations alive and untouched until this returns.
     #[pyo3(signature = (regions, items, ops, *, progress=None))]
     fn copy_into(

@@ -1,6 +1,6 @@
 //! `fastshard._native.Staging`: a staged load running (`session::Staging`)
 //! into slabs Python handed over (pinned `Slab`s, for CUDA), pulled batch
-//! by batch by the copy side (`fastshard._ring`): `next` waits for a batch
+//! by batch by the copy side (`fastshard._engine.ring`): `next` waits for a batch
 //! without the GIL, `take` copies what goes to host memory bound with
 //! `bind_host` (casts included, over the cores) and says what is left to
 //! copy out of its slab, `release` gives the slab back. One call per
@@ -147,7 +147,7 @@ impl Staging {
     /// contiguous destination at byte `base`) or None. An item whose cast
     /// this side cannot make stays unbound. Addresses, not buffers: a
     /// buffer export per parameter cost more than the copies (4 µs each).
-    /// Private to `fastshard._ring`, which binds the memory of the load's
+    /// Private to `fastshard._engine.ring`, which binds the memory of the load's
     /// own destinations and keeps them alive and untouched until it returns.
     fn bind_host(
         &mut self,
@@ -155,7 +155,7 @@ impl Staging {
         targets: Vec<Option<usize>>,
         items: Vec<HostSpec>,
     ) -> PyResult<()> {
-        // SAFETY: the caller's promise above (`_ring.host_binding`): each
+        // SAFETY: the caller's promise above (`_engine.ring.host_binding`): each
         // region is its destinations' memory, valid and written by nobody
         // else until the load is closed.
         self.host = Some(unsafe { host_dests(regions, targets, items) });

@@ -3,7 +3,7 @@ at a time (``cooperative`` runs the rounds): ``Shared`` copies this rank's
 slices straight out of the owners' batches in shared memory (``_coopshm``);
 ``Collective`` packs each peer's parts, sends them in one all-to-all over
 the group and places what it received. Both take the same plan
-(``_coopplan.Schedule``) and fill the same destinations: ``outs`` maps
+(``_coop.plan.Schedule``) and fill the same destinations: ``outs`` maps
 (file index, slice key) to the tensors that slice goes into.
 """
 
