@@ -26,22 +26,29 @@ a warning.
 
 from __future__ import annotations
 
-import datetime
-import hashlib
-import json
 import logging
 import os
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from . import _native
 from ._layouts import location as _location
 from ._layouts.location import Uri
 from ._layouts.location import display as _shown
+from ._layouts.manifest import MANIFEST_FORMAT as MANIFEST_FORMAT
+from ._layouts.manifest import MANIFEST_MAX_BYTES as MANIFEST_MAX_BYTES
+from ._layouts.manifest import MANIFEST_NAME as MANIFEST_NAME
+from ._layouts.manifest import MANIFEST_VERSION as MANIFEST_VERSION
+from ._layouts.manifest import Manifest as Manifest
+from ._layouts.manifest import format_rank as format_rank
+from ._layouts.manifest import formatted, has_spec
+from ._layouts.manifest import is_template as is_template
+from ._layouts.manifest import manifest_location as manifest_location
+from ._layouts.manifest import read_manifest as read_manifest
+from ._layouts.manifest import remove_stale_manifest as remove_stale_manifest
+from ._layouts.manifest import sha256_file as sha256_file
+from ._layouts.manifest import write_manifest as write_manifest
 from ._native import Location
 from .errors import (
-    AuthError,
     FastshardError,
     IntegrityError,
     InvalidArgumentError,
@@ -52,52 +59,10 @@ from .errors import (
 
 log = logging.getLogger("fastshard")
 
-MANIFEST_NAME = "fastshard-manifest.json"
-MANIFEST_FORMAT = "fastshard-sharded"
-MANIFEST_VERSION = 1
-# A manifest lists one small entry per rank; anything larger is not one.
-MANIFEST_MAX_BYTES = 4 << 20
 # What a directory URI without a manifest means (vLLM's tensorizer_dir).
 DEFAULT_FILE = "model.tensors"
 # What save_sharded writes into a directory URI (vLLM's example name).
 DEFAULT_TEMPLATE = "model-rank-%03d.tensors"
-
-# "%d", "%03d", "%3d" (printf) or "{rank}"; "%%" is a literal percent sign.
-_SPEC = re.compile(r"%%|%(0?\d*)d|\{rank\}")
-
-
-def _has_spec(head: str) -> bool:
-    return any(m.group(0) != "%%" for m in _SPEC.finditer(head))
-
-
-def is_template(uri: Uri) -> bool:
-    return _has_spec(_location.head(uri))
-
-
-def _formatted(head: str, rank: int) -> str:
-    def one(m: re.Match[str]) -> str:
-        if m.group(0) == "%%":
-            return "%%"  # left alone: only vLLM's %0Nd is a spec, not printf escaping
-        if m.group(0) == "{rank}":
-            return str(rank)
-        width = m.group(1) or ""
-        return f"{rank:{width}d}" if width else str(rank)
-
-    return _SPEC.sub(one, head)
-
-
-def format_rank(template: Uri, rank: int) -> str:
-    """The file of ``rank``: every rank spec in the path part replaced."""
-    head, query = _location.split(template)
-    return _formatted(head, rank) + query
-
-
-def sha256_file(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def check_rank_args(rank: Any, world_size: Any) -> None:
@@ -107,106 +72,6 @@ def check_rank_args(rank: Any, world_size: Any) -> None:
         raise InvalidArgumentError(f"world_size must be a positive int, not {world_size!r}")
     if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int) or rank < 0):
         raise InvalidArgumentError(f"rank must be a non-negative int, not {rank!r}")
-
-
-# -- manifest --------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Manifest:
-    path: str  # where it was read from (as shown in messages)
-    world_size: int
-    template: str  # relative to the manifest's directory
-    files: dict[int, dict[str, Any]]  # rank → {"name", "size", "sha256"}
-    created: dict[str, Any]
-
-    def describe(self) -> str:
-        by = self.created.get("by", "?")
-        utc = self.created.get("utc", "?")
-        return f"manifest {self.path} says world_size={self.world_size} (written by {by} at {utc})"
-
-
-def manifest_location(template_or_dir: Uri) -> str:
-    return _location.sibling(template_or_dir, MANIFEST_NAME)
-
-
-def read_manifest(location: Uri, source_opts: dict[str, Any] | None = None) -> Manifest | None:
-    """The manifest at ``location`` (local, s3://, gs:// or http(s)://), None if
-    there is none. One that is there but unreadable is a ShardMismatchError:
-    the set it describes cannot be checked, and silently skipping the check
-    would hide that."""
-    shown = _shown(location)
-    try:
-        data = _native.read_object(location, max_bytes=MANIFEST_MAX_BYTES, **(source_opts or {}))
-    except AuthError as e:
-        if _location.is_local(location):
-            raise
-        log.warning(
-            "fastshard: shard manifest %s cannot be read (%s); loading without its checks",
-            shown,
-            e,
-        )
-        return None
-    except InvalidArgumentError as e:  # a directory, or too large to be a manifest
-        raise ShardMismatchError(f"unreadable shard manifest {shown}: {e}", uri=shown) from e
-    if data is None:
-        return None
-    try:
-        raw = json.loads(data)
-        if raw.get("format") != MANIFEST_FORMAT or raw.get("version") != MANIFEST_VERSION:
-            raise ValueError(f"format {raw.get('format')!r} version {raw.get('version')!r}")
-        files = {int(e["rank"]): dict(e) for e in raw["files"]}
-        return Manifest(
-            shown, int(raw["world_size"]), str(raw["template"]), files, dict(raw.get("created", {}))
-        )
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ShardMismatchError(f"unreadable shard manifest {shown}: {e}", uri=shown) from e
-
-
-def write_manifest(
-    template: str,
-    sizes: list[int],
-    version: str,
-    *,
-    sha256s: list[str | None] | None = None,
-    source_opts: dict[str, Any] | None = None,
-) -> str:
-    """Write the manifest of a sharded set just saved at ``template`` (local,
-    s3:// or gs://); returns its location. ``sizes`` and ``sha256s`` are what the
-    save wrote (a local file's hash is taken from disk when not given)."""
-    location = manifest_location(template)
-    files = []
-    for rank, size in enumerate(sizes):
-        name = format_rank(template, rank)
-        digest = sha256s[rank] if sha256s is not None else None
-        file_path = _location.local_path(name)
-        if file_path is not None:
-            actual = os.path.getsize(file_path)
-            if actual != size:  # someone wrote over it between save and now
-                raise ShardMismatchError(f"{name}: {actual} bytes on disk, save wrote {size}")
-            digest = digest or sha256_file(file_path)
-        files.append({"rank": rank, "name": _location.name(name), "size": size, "sha256": digest})
-    doc = {
-        "format": MANIFEST_FORMAT,
-        "version": MANIFEST_VERSION,
-        "world_size": len(sizes),
-        "template": _location.name(template),
-        "files": files,
-        "created": {
-            "by": f"fastshard {version}",
-            "utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        },
-    }
-    # Whole or not at all: a local file is renamed into place, S3 gets one PUT.
-    data = (json.dumps(doc, indent=1) + "\n").encode()
-    _native.write_object(location, data, **(source_opts or {}))
-    return location
-
-
-def remove_stale_manifest(template: str, source_opts: dict[str, Any] | None = None) -> None:
-    """Before a save: a crash half way must leave no manifest rather than
-    one that describes the previous set."""
-    _native.delete_object(manifest_location(template), **(source_opts or {}))
 
 
 # -- resolving a load ------------------------------------------------------
@@ -251,9 +116,9 @@ def _rank_file(template: Location, rank: int) -> Location:
     when the rank spec is in its name (the usual case), else parsed anew."""
     head = template.head
     cut = head.rfind("/") + 1
-    if _has_spec(head[:cut]):
+    if has_spec(head[:cut]):
         return Location(format_rank(template, rank))
-    return template.renamed(_formatted(head[cut:], rank))
+    return template.renamed(formatted(head[cut:], rank))
 
 
 def resolve(
