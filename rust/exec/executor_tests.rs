@@ -193,31 +193,12 @@ fn a_store_that_serves_requests_in_turn_gets_the_queued_parts_again_joined() {
     // One slot, 40 ms of service a request: the 64 parts sent at once
     // answer 40 ms apart (long beside a busy machine's timer noise). Once two answered and one completed, the parts
     // not yet answered are cancelled and sent again, joined.
-    let ms = Duration::from_millis(1);
-    let (_, plan, bytes) = setup(vec![]);
     let load = |join_up_to: Option<u64>| {
-        let src = Arc::new(MockSource {
-            bytes: bytes.clone(),
-            delay: 10 * ms,
-            transfer: 5 * ms,
-            slots: Some(Arc::new(tokio::sync::Semaphore::new(1))),
-            service: 40 * ms,
-            ..Default::default()
-        });
-        let mut out = vec![0u8; bytes.len()];
         let opts = ExecOptions {
             join_up_to,
             ..ExecOptions::new(64)
         };
-        let stats = run(
-            src.clone(),
-            plan.clone(),
-            &mut out,
-            opts,
-            &CancelToken::new(),
-        )
-        .unwrap();
-        assert_eq!(out, bytes);
+        let (src, stats, _) = judged(serving_in_turn(), opts);
         let served = src.finished.load(Ordering::SeqCst);
         (stats, src.largest.load(Ordering::SeqCst), served)
     };
@@ -234,26 +215,16 @@ fn a_store_known_to_serve_in_turn_gets_one_request_then_the_rest_cut() {
     // The same store as above, seen serving in turn before the load: no
     // wave queues at it. The first part alone measures the rate, and the
     // rest goes in a few joined requests, every one of them served whole.
-    let ms = Duration::from_millis(1);
-    let src = Arc::new(MockSource {
-        bytes: setup(vec![]).2,
-        delay: 10 * ms,
-        transfer: 5 * ms,
-        slots: Some(Arc::new(tokio::sync::Semaphore::new(1))),
-        service: 40 * ms,
-        ..Default::default()
-    });
     let opts = ExecOptions {
         join_up_to: Some(16 * 1024),
         in_turn: Some(0.04),
         ..ExecOptions::new(64)
     };
-    let stats = load_from(&src, opts);
+    let (src, stats, said) = judged(serving_in_turn(), opts);
     let served = src.finished.load(Ordering::SeqCst);
     assert!(stats.requests <= 8, "{stats:?}");
     assert_eq!(served as u64, stats.requests, "{stats:?}");
     assert!(src.largest.load(Ordering::SeqCst) > 4 * 1024, "{stats:?}");
-    let said = stats.adaptations.join("\n");
     assert!(
         said.contains("in turn (40 ms each, seen when it was opened): requests of up to"),
         "{said}"
@@ -264,6 +235,19 @@ fn a_store_known_to_serve_in_turn_gets_one_request_then_the_rest_cut() {
     assert!(said.ends_with("after: kept"), "{said}");
 }
 
+/// A store with one slot that spends 40 ms on each request, then 10 ms to
+/// the first byte and 5 ms for the rest.
+fn serving_in_turn() -> MockSource {
+    let ms = Duration::from_millis(1);
+    MockSource {
+        delay: 10 * ms,
+        transfer: 5 * ms,
+        slots: Some(Arc::new(tokio::sync::Semaphore::new(1))),
+        service: 40 * ms,
+        ..Default::default()
+    }
+}
+
 /// Loads `setup`'s 64 parts of 1 KiB from `src` with `opts`; checks the
 /// bytes and returns the stats.
 pub(super) fn load_from(src: &Arc<MockSource>, opts: ExecOptions) -> ExecStats {
@@ -272,4 +256,17 @@ pub(super) fn load_from(src: &Arc<MockSource>, opts: ExecOptions) -> ExecStats {
     let stats = run(Arc::clone(src), plan, &mut out, opts, &CancelToken::new()).unwrap();
     assert_eq!(out, bytes);
     stats
+}
+
+/// `load_from` a store that behaves as `store` says but holds `setup`'s
+/// bytes: the store (for its counters), the stats, and the adaptations
+/// the load made, one a line.
+pub(super) fn judged(store: MockSource, opts: ExecOptions) -> (Arc<MockSource>, ExecStats, String) {
+    let src = Arc::new(MockSource {
+        bytes: setup(vec![]).2,
+        ..store
+    });
+    let stats = load_from(&src, opts);
+    let said = stats.adaptations.join("\n");
+    (src, stats, said)
 }

@@ -1,20 +1,29 @@
 //! The executor's judged decisions end to end: growth, joining and a near
 //! start, each undone when the load ran slower than it should.
 
-use super::tests::{load_from, setup};
+use super::tests::judged;
 use super::*;
 use crate::exec::NearStart;
 use crate::io::mock::MockSource;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// `setup`'s bytes from a store that answers every request after `delay`.
-fn answering_after(delay: Duration) -> Arc<MockSource> {
-    Arc::new(MockSource {
-        bytes: setup(vec![]).2,
+/// A store that answers every request after `delay`.
+fn answering_after(delay: Duration) -> MockSource {
+    MockSource {
         delay,
         ..Default::default()
-    })
+    }
+}
+
+/// Asserts that the load's first adaptation starts with `decision` and
+/// that `outcome` is said in what it reported.
+#[track_caller]
+fn assert_said(said: &str, decision: &str, outcome: &str) {
+    assert!(
+        said.starts_with(decision) && said.contains(outcome),
+        "{said}"
+    );
 }
 
 #[test]
@@ -23,33 +32,22 @@ fn more_requests_in_flight_that_slowed_the_store_are_taken_back() {
     // for each request started while more than two are in flight: growing
     // to four halves the throughput, so the judge undoes it.
     let ms = Duration::from_millis(1);
-    let src = Arc::new(MockSource {
-        bytes: setup(vec![]).2,
-        delay: 5 * ms,
+    let crowding = MockSource {
         crowded: Some((2, 40 * ms)),
-        ..Default::default()
-    });
-    let opts = ExecOptions {
-        max_concurrency: Some(16),
+        ..answering_after(5 * ms)
+    };
+    let growing_to = |max| ExecOptions {
+        max_concurrency: Some(max),
         ..ExecOptions::new(2)
     };
-    let stats = load_from(&src, opts);
-    let said = stats.adaptations.join("\n");
-    assert!(
-        said.starts_with("requests in flight 2 -> 4: ") && said.contains("after: undone"),
-        "{said}"
-    );
+    let (src, _, said) = judged(crowding, growing_to(16));
+    assert_said(&said, "requests in flight 2 -> 4: ", "after: undone");
     // Without the undo, every part after the first few would start
     // crowded.
     let crowded = src.crowded_starts.load(Ordering::SeqCst);
     assert!(crowded < 16, "{crowded} crowded starts; {said}");
     // A store that does not slow down keeps the growth.
-    let src = answering_after(5 * ms);
-    let opts = ExecOptions {
-        max_concurrency: Some(4),
-        ..ExecOptions::new(2)
-    };
-    let said = load_from(&src, opts).adaptations.join("\n");
+    let (_, _, said) = judged(answering_after(5 * ms), growing_to(4));
     assert!(
         said.starts_with("requests in flight 2 -> 4: ") && said.ends_with("kept"),
         "{said}"
@@ -62,22 +60,16 @@ fn joined_requests_that_slowed_the_load_are_undone() {
     // but the store waits 200 ms more before answering any request over
     // one part: a longer wait, which alone would call for joining more.
     let ms = Duration::from_millis(1);
-    let src = Arc::new(MockSource {
-        bytes: setup(vec![]).2,
-        delay: 20 * ms,
+    let slow_when_large = MockSource {
         large: Some((1024, 200 * ms)),
-        ..Default::default()
-    });
+        ..answering_after(20 * ms)
+    };
     let opts = ExecOptions {
         join_up_to: Some(4 * 1024),
         ..ExecOptions::new(2)
     };
-    let stats = load_from(&src, opts);
-    let said = stats.adaptations.join("\n");
-    assert!(
-        said.starts_with("parts joined: requests of ") && said.contains("after: undone"),
-        "{said}"
-    );
+    let (_, stats, said) = judged(slow_when_large, opts);
+    assert_said(&said, "parts joined: requests of ", "after: undone");
     // After the undo, parts go as planned: most of the 64 are single.
     assert!(stats.requests > 40, "{stats:?}");
 }
@@ -90,25 +82,19 @@ fn a_near_start_that_moved_less_than_promised_is_undone_to_the_wave() {
     let ms = Duration::from_millis(1);
     // `part` is the plan's largest part; a sliced plan's parts carry fewer
     // wanted bytes than that (the gaps it bridges).
-    let near = |floor: f64| NearStart {
-        first_byte: 0.001,
-        rate: 1e9,
-        floor,
-        wave: 16,
-        part: 1100,
-    };
-    let src = answering_after(5 * ms);
-    let opts = ExecOptions {
+    let starting_near = |floor: f64| ExecOptions {
         max_concurrency: Some(16),
-        near: Some(near(10e6)),
+        near: Some(NearStart {
+            first_byte: 0.001,
+            rate: 1e9,
+            floor,
+            wave: 16,
+            part: 1100,
+        }),
         ..ExecOptions::new(2)
     };
-    let stats = load_from(&src, opts);
-    let said = stats.adaptations.join("\n");
-    assert!(
-        said.starts_with("store is near (") && said.contains("2 requests in flight to start"),
-        "{said}"
-    );
+    let (src, _, said) = judged(answering_after(5 * ms), starting_near(10e6));
+    assert_said(&said, "store is near (", "2 requests in flight to start");
     assert!(
         said.contains("undone, up to 16 requests in flight for the rest"),
         "{said}"
@@ -117,16 +103,7 @@ fn a_near_start_that_moved_less_than_promised_is_undone_to_the_wave() {
     // Promised no more than it gave: kept as its first round ends, and the
     // load grows from 2 as usual, judged step by step (judged any later,
     // the first step would be held back and never taken).
-    let src = answering_after(5 * ms);
-    let opts = ExecOptions {
-        max_concurrency: Some(16),
-        near: Some(near(1e3)),
-        ..ExecOptions::new(2)
-    };
-    let said = load_from(&src, opts).adaptations.join("\n");
-    assert!(
-        said.starts_with("store is near (") && said.contains(": kept"),
-        "{said}"
-    );
+    let (_, _, said) = judged(answering_after(5 * ms), starting_near(1e3));
+    assert_said(&said, "store is near (", ": kept");
     assert!(said.contains("\nrequests in flight 2 -> 4: "), "{said}");
 }
