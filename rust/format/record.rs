@@ -130,57 +130,28 @@ impl RecordHeader {
     /// Fails if the record is not the one the index describes, which would
     /// otherwise put the wrong bytes into a tensor.
     pub fn check_matches(&self, entry: &TensorEntry) -> Result<()> {
-        let fail = |field: &str, index: String, record: String| {
-            Err(Error::format(format!(
+        let first = differs("name", Quoted(&entry.raw_name), Quoted(&self.raw_name))
+            .or_else(|| differs("tensor type", entry.tensor_type, self.tensor_type))
+            .or_else(|| {
+                // Compared as parsed types: both spellings are tolerated on read.
+                let agrees = Dtype::from_tensorizer(&self.dtype_raw).ok() == Some(entry.dtype);
+                let (index, record) = (
+                    Quoted(entry.dtype.tensorizer_str()),
+                    Quoted(&self.dtype_raw),
+                );
+                (!agrees).then(|| ("dtype", format!("{index:?}"), format!("{record:?}")))
+            })
+            .or_else(|| differs("shape", &entry.shape, &self.shape))
+            .or_else(|| differs("header length", entry.header_len(), self.header_len))
+            .or_else(|| differs("data length", entry.data_length, self.data_length));
+        match first {
+            None => Ok(()),
+            Some((field, index, record)) => Err(Error::format(format!(
                 "record header disagrees with index: {field} (index: {index}, record: {record})"
             ))
             .with_tensor(entry.display_name())
-            .with_range(entry.header_offset..entry.data_offset))
-        };
-        if self.raw_name != entry.raw_name {
-            return fail(
-                "name",
-                format!("\"{}\"", entry.raw_name.escape_ascii()),
-                format!("\"{}\"", self.raw_name.escape_ascii()),
-            );
+            .with_range(entry.header_offset..entry.data_offset)),
         }
-        if self.tensor_type != entry.tensor_type {
-            return fail(
-                "tensor type",
-                format!("{:?}", entry.tensor_type),
-                format!("{:?}", self.tensor_type),
-            );
-        }
-        // Compared as parsed types: both spellings are tolerated on read.
-        if Dtype::from_tensorizer(&self.dtype_raw).ok() != Some(entry.dtype) {
-            return fail(
-                "dtype",
-                format!("\"{}\"", entry.dtype.tensorizer_str().escape_ascii()),
-                format!("\"{}\"", self.dtype_raw.escape_ascii()),
-            );
-        }
-        if self.shape != entry.shape {
-            return fail(
-                "shape",
-                format!("{:?}", entry.shape),
-                format!("{:?}", self.shape),
-            );
-        }
-        if self.header_len != entry.header_len() {
-            return fail(
-                "header length",
-                entry.header_len().to_string(),
-                self.header_len.to_string(),
-            );
-        }
-        if self.data_length != entry.data_length {
-            return fail(
-                "data length",
-                entry.data_length.to_string(),
-                self.data_length.to_string(),
-            );
-        }
-        Ok(())
     }
 
     /// The header bytes as tensorizer hashes them (format notes §1.9): hash
@@ -209,6 +180,25 @@ impl RecordHeader {
         super::names::TensorName::decode(&self.raw_name)
             .map(|n| n.display())
             .unwrap_or_else(|_| self.raw_name.escape_ascii().to_string())
+    }
+}
+
+/// `field` as the index and the record show it, where the two differ.
+fn differs<T: PartialEq + std::fmt::Debug>(
+    field: &'static str,
+    index: T,
+    record: T,
+) -> Option<(&'static str, String, String)> {
+    (index != record).then(|| (field, format!("{index:?}"), format!("{record:?}")))
+}
+
+/// Raw bytes (a name, a dtype) shown quoted, escaped where not printable.
+#[derive(PartialEq)]
+struct Quoted<'a>(&'a [u8]);
+
+impl std::fmt::Debug for Quoted<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "\"{}\"", self.0.escape_ascii())
     }
 }
 

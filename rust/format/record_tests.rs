@@ -149,28 +149,52 @@ fn check_matches_reports_each_field() {
     let e0 = &idx.entries[0];
     r.check_matches(e0).unwrap();
     type Mutate = Box<dyn Fn(&mut RecordHeader)>;
-    let cases: Vec<(&str, Mutate)> = vec![
-        ("name", Box::new(|r| r.raw_name = b"b".to_vec())),
+    let header_lengths = format!("{}, record: {}", r.header_len, r.header_len + 1);
+    let cases: Vec<(&str, &str, Mutate)> = vec![
+        (
+            "name",
+            "\"a\", record: \"b\\n\"",
+            Box::new(|r| r.raw_name = b"b\n".to_vec()),
+        ),
         (
             "tensor type",
+            "StateDict, record: Param",
             Box::new(|r| r.tensor_type = TensorType::Param),
         ),
-        ("dtype", Box::new(|r| r.dtype_raw = b"<i4".to_vec())),
-        ("dtype", Box::new(|r| r.dtype_raw = b"junk".to_vec())),
-        ("shape", Box::new(|r| r.shape = vec![1, 2])),
-        ("header length", Box::new(|r| r.header_len += 1)),
-        ("data length", Box::new(|r| r.data_length = 4)),
+        (
+            "dtype",
+            "\"<f4\", record: \"<i4\"",
+            Box::new(|r| r.dtype_raw = b"<i4".to_vec()),
+        ),
+        (
+            "dtype",
+            "\"<f4\", record: \"junk\"",
+            Box::new(|r| r.dtype_raw = b"junk".to_vec()),
+        ),
+        (
+            "shape",
+            "[2], record: [1, 2]",
+            Box::new(|r| r.shape = vec![1, 2]),
+        ),
+        (
+            "header length",
+            &header_lengths,
+            Box::new(|r| r.header_len += 1),
+        ),
+        (
+            "data length",
+            "8, record: 4",
+            Box::new(|r| r.data_length = 4),
+        ),
     ];
-    for (field, mutate) in cases {
+    for (field, values, mutate) in cases {
         let mut bad = r.clone();
         mutate(&mut bad);
         let e = bad.check_matches(e0).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Format);
-        assert!(
-            e.message().starts_with(&format!(
-                "record header disagrees with index: {field} (index: "
-            )),
-            "{e}"
+        assert_eq!(
+            e.message(),
+            format!("record header disagrees with index: {field} (index: {values})"),
         );
         assert_eq!(e.tensor(), Some("a"));
         assert_eq!(e.range(), Some(e0.header_offset..e0.data_offset));
