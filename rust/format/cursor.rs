@@ -2,6 +2,8 @@
 //! where the slice sits in the file, so every truncation error can name the
 //! absolute offsets a user would look at with a hex editor.
 
+use std::ops::Range;
+
 use crate::error::{Error, Result};
 
 /// Reads forward through `buf`; `base` is the file offset of `buf[0]`.
@@ -149,6 +151,25 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// The bytes `range` of a file whose first bytes are `buf`: a header or
+/// an index that a reader fetched from offset 0 to parse. Where `buf`
+/// stops short, the error says how much of the file it needed.
+pub fn region<'a>(buf: &'a [u8], range: Range<u64>, what: &str) -> Result<&'a [u8]> {
+    let start = usize::try_from(range.start).ok();
+    let end = usize::try_from(range.end).ok();
+    start
+        .zip(end)
+        .and_then(|(start, end)| buf.get(start..end))
+        .ok_or_else(|| {
+            Error::format(format!(
+                "truncated {what}: need {} bytes from offset 0, have {}",
+                range.end,
+                buf.len()
+            ))
+            .with_range(range)
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,5 +211,20 @@ mod tests {
         assert!(c.bytes_u64(u64::MAX).is_err());
         assert_eq!(c.abs(), u64::MAX);
         assert_eq!(c.i64().unwrap_err().range(), Some(u64::MAX..u64::MAX));
+    }
+
+    #[test]
+    fn a_region_past_the_bytes_fetched_names_the_length_needed() {
+        let buf = [1u8, 2, 3, 4];
+        assert_eq!(region(&buf, 1..3, "index").unwrap(), &[2, 3]);
+        assert_eq!(region(&buf, 4..4, "index").unwrap(), &[] as &[u8]);
+        let e = region(&buf, 2..9, "safetensors header").unwrap_err();
+        assert_eq!(e.kind(), crate::error::ErrorKind::Format);
+        assert_eq!(
+            e.message(),
+            "truncated safetensors header: need 9 bytes from offset 0, have 4"
+        );
+        assert_eq!(e.range(), Some(2..9));
+        assert!(region(&buf, 0..u64::MAX, "index").is_err());
     }
 }

@@ -62,16 +62,11 @@ impl RecordHeader {
             ))
             .with_range(span));
         }
-        let hbuf = usize::try_from(header_len)
-            .ok()
-            .and_then(|n| buf.get(..n))
-            .ok_or_else(|| {
-                Error::format(format!(
-                    "truncated record header: need {header_len} bytes at offset {base}, have {}",
-                    buf.len()
-                ))
-                .with_range(span.clone())
-            })?;
+        // A fresh cursor from the header's start, so that a short buffer is
+        // reported like any other read past it.
+        let hbuf = Cursor::new(buf, base)
+            .with_what("record header")
+            .bytes_u64(header_len)?;
         // header_len >= min >= 8, so the split cannot fail; the fields may
         // not reach into the trailing data_length.
         let (fields, tail) = hbuf.split_at(hbuf.len().saturating_sub(8));

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::cursor::Cursor;
+use super::cursor::{region, Cursor};
 use super::dtype::Dtype;
 use super::header::{FileHeader, FLAGS_VERSION, PREAMBLE_LEN};
 use super::index::{
@@ -22,16 +22,7 @@ impl Index {
     pub(crate) fn parse_tensorizer(buf: &[u8], file_size: Option<u64>) -> Result<Index> {
         let header = FileHeader::parse(buf)?;
         let index_end = header.index_end()?;
-        let region = usize::try_from(index_end)
-            .ok()
-            .and_then(|end| buf.get(PREAMBLE_LEN..end))
-            .ok_or_else(|| {
-                Error::format(format!(
-                    "truncated index: need {index_end} bytes from offset 0, have {}",
-                    buf.len()
-                ))
-                .with_range(PREAMBLE_LEN as u64..index_end)
-            })?;
+        let region = region(buf, PREAMBLE_LEN as u64..index_end, "index")?;
         Self::parse_region(header, region, file_size)
     }
 

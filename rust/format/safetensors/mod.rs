@@ -22,6 +22,7 @@ mod tests;
 
 use serde_json::{Map, Value};
 
+use super::cursor::region;
 use super::index::{Index, TensorEntry};
 use super::names::TensorName;
 use super::TensorType;
@@ -84,17 +85,7 @@ pub fn parse(buf: &[u8], file_size: Option<u64>) -> Result<Index> {
         ))
         .with_range(range));
     }
-    // Bounded by MAX_HEADER, so it fits usize.
-    let json = usize::try_from(end)
-        .ok()
-        .and_then(|e| buf.get(8..e))
-        .ok_or_else(|| {
-            Error::format(format!(
-                "truncated safetensors header: need {end} bytes from offset 0, have {}",
-                buf.len()
-            ))
-            .with_range(range.clone())
-        })?;
+    let json = region(buf, range.clone(), "safetensors header")?;
     let value: Value = serde_json::from_slice(json).map_err(|e| {
         Error::format(format!("safetensors header is not valid JSON: {e}"))
             .with_range(range.clone())
