@@ -186,3 +186,75 @@ fn gcs_objects_have_a_bucket_and_a_key() {
     let e = parse("gs://bucket").object().unwrap_err();
     assert!(e.to_string().contains("gs://bucket/key"), "{e}");
 }
+
+#[test]
+fn children_and_renames_keep_the_kind_and_a_urls_query() {
+    let child = |uri: &str, name: &str| parse(uri).child(name).unwrap();
+    let renamed = |uri: &str, name: &str| parse(uri).renamed(name).unwrap();
+    // A directory's trailing "/" is not doubled; one is added where missing.
+    assert_eq!(child("s3://b/dir/", "m.json").uri(), "s3://b/dir/m.json");
+    assert_eq!(child("s3://b/dir", "m.json").key(), Some("dir/m.json"));
+    assert_eq!(child("s3://b", "m.json").bucket(), Some("b"));
+    assert_eq!(child("gs://b/dir/", "x").object().unwrap(), ("b", "dir/x"));
+    assert_eq!(child("/data/", "x").path(), Some("/data/x"));
+    assert_eq!(child("file:///data", "x").path(), Some("/data/x"));
+    assert_eq!(child("data", "x").path(), Some("data/x"));
+    let signed = child("https://u:p@h/d/?sig=1", "x");
+    assert_eq!(signed.uri(), "https://u:p@h/d/x?sig=1");
+    assert_eq!(signed.display(), "https://h/d/x?…");
+    assert_eq!(signed.query(), "?sig=1");
+    assert_eq!(
+        renamed("s3://b/d/r0.tensors", "r1.tensors").key(),
+        Some("d/r1.tensors")
+    );
+    assert_eq!(renamed("gs://b", "x").uri(), "gs://b/x");
+    assert_eq!(renamed("model.tensors", "m.json").path(), Some("m.json"));
+    assert_eq!(renamed("file:///a/b", "c").path(), Some("/a/c"));
+    let r = renamed("http://h/d/r0?sig=a/b", "r1");
+    assert_eq!(
+        (r.uri(), r.head()),
+        ("http://h/d/r1?sig=a/b", "http://h/d/r1")
+    );
+    // A name is not refused for a "/" (nor for a "?", which in a URL
+    // starts the query).
+    assert_eq!(child("s3://b/d/", "e/f").key(), Some("d/e/f"));
+    assert_eq!(renamed("/a/b", "c/d").path(), Some("/a/c/d"));
+    let q = child("https://h/d", "x?v=2");
+    assert_eq!((q.head(), q.query()), ("https://h/d/x", "?v=2"));
+    for loc in [child("s3://b/d/", "x"), renamed("gs://b/x", "y")] {
+        assert_eq!(loc, parse(loc.uri()));
+    }
+    // A plain path a name turns into a URI reads as that URI.
+    assert_eq!(renamed("model", "s3://b/k").kind(), Kind::S3);
+    let e = parse("x:").child("/y").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unsupported);
+}
+
+proptest! {
+    #[test]
+    fn derived_locations_are_what_their_text_parses_to(
+        uri in "((s3|gs|GS|http|https|file)://)?[/@?#:a-z.]{0,16}",
+        name in "[/@?#:a-z.]{0,8}",
+    ) {
+        if let Ok(l) = Location::parse(&uri) {
+            let head = l.head();
+            let slash = if head.ends_with('/') { "" } else { "/" };
+            let texts = [
+                format!("{head}{slash}{name}{}", l.query()),
+                format!("{}{name}{}", l.dir(), l.query()),
+                format!("{}{name}", l.dir()),
+            ];
+            let derived = [l.child(&name), l.renamed(&name), l.sibling(&name)];
+            for (text, got) in texts.iter().zip(derived) {
+                match (Location::parse(text), got) {
+                    (Ok(want), Ok(got)) => prop_assert_eq!(want, got),
+                    (Err(want), Err(got)) => {
+                        prop_assert_eq!(want.kind(), got.kind());
+                        prop_assert_eq!(want.to_string(), got.to_string());
+                    }
+                    (want, got) => prop_assert!(false, "{text}: {want:?} but {got:?}"),
+                }
+            }
+        }
+    }
+}

@@ -81,15 +81,13 @@ impl PyLocation {
     /// `name` inside this directory or prefix (a "/" added when the head
     /// lacks one); a URL keeps its query string.
     fn child(&self, name: &str) -> PyResult<PyLocation> {
-        let head = self.0.head();
-        let slash = if head.ends_with('/') { "" } else { "/" };
-        derived(format!("{head}{slash}{name}{}", self.0.query()))
+        self.0.child(name).map(PyLocation).map_err(to_py)
     }
 
     /// `name` in place of the last path component; unlike `sibling`, a URL
     /// keeps its query string (a per-rank template's file is signed alike).
     fn renamed(&self, name: &str) -> PyResult<PyLocation> {
-        derived(format!("{}{name}{}", self.0.dir(), self.0.query()))
+        self.0.renamed(name).map(PyLocation).map_err(to_py)
     }
 
     /// For tests: how many URIs native calls have parsed from a `str` or
@@ -133,8 +131,4 @@ pub fn location_arg(uri: &Bound<'_, PyAny>) -> PyResult<Location> {
     };
     PARSED_FROM_PYTHON.fetch_add(1, Ordering::Relaxed);
     Location::parse(&text).map_err(to_py)
-}
-
-fn derived(uri: String) -> PyResult<PyLocation> {
-    Location::parse(&uri).map(PyLocation).map_err(to_py)
 }
