@@ -16,6 +16,12 @@ names (no ``_`` in the dotted path), its own package, and ``fastshard._core``;
 ``reader.py`` and ``module.py`` never import the rooms behind the facade
 (``_engine``, ``_coop``, ``_layouts``). Each offence is named with its file:line.
 
+The rooms: a module of ``_engine``, ``_coop`` or ``_layouts`` never imports a
+public module above it, one that reaches a room through its own imports
+(``shard``, ``packed``, ``cooperative``, ``reader``…); public leaves that
+reach none (``errors``, ``tp``) are below every room and fine. Imports under
+TYPE_CHECKING count here too.
+
 The benchmark lab (benches/fastshard_lab) gets the same cycle check, and
 the package may not import it at all: the lab is a development package
 outside the wheel, built on fastshard, never under it.
@@ -269,6 +275,47 @@ def check_facade(package: Path, root: Path) -> list[str]:
     return problems
 
 
+def _above(edges: list[Edge], modules: set[str], base: str) -> set[str]:
+    """The public modules that reach a room through their imports."""
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for e in edges:
+        graph[e.source].add(e.target)
+    rooms = {m for m in modules if m.split(".")[1:2] and m.split(".")[1] in ROOMS}
+    reaches = set(rooms)
+    changed = True
+    while changed:  # a fixed point: the graph is small
+        changed = False
+        for m, targets in graph.items():
+            if m not in reaches and targets & reaches:
+                reaches.add(m)
+                changed = True
+    return {m for m in reaches - rooms if m != base and not _private(m.split(".")[1:])}
+
+
+def check_rooms(package: Path, root: Path) -> list[str]:
+    """No room imports a public module above it (one that reaches a room)."""
+    base = package.name
+    edges, modules = python_edges(package)
+    above = _above(edges, modules, base)
+    problems = []
+    for name, path in python_modules(package).items():
+        parts = name.split(".")[1:]
+        if path.suffix == ".pyi" or parts[:1] not in ([r] for r in ROOMS):
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            for target, imported in _imported(name, path.name == "__init__.py", node):
+                sub = f"{target}.{imported}" if imported else target
+                hit = sub if sub in above else target if target in above else None
+                if hit is not None:
+                    problems.append(
+                        f"{name} imports {hit} ({shown(path, root)}:{node.lineno}): "
+                        f"a room never imports a public module above it; move what it "
+                        f"needs into a room and let {hit} re-export it"
+                    )
+    return problems
+
+
 def python_graph(package: Path) -> str:
     edges, modules = python_edges(package)
     out: dict[str, set[str]] = {m: set() for m in modules}
@@ -299,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     py_problems += check_python(lab, root) if lab.is_dir() else []
     py_problems += check_no_import(package, lab.name, root) if package.is_dir() else []
     py_problems += check_facade(package, root) if package.is_dir() else []
+    py_problems += check_rooms(package, root) if package.is_dir() else []
     for p in py_problems:
         print(f"error: {p}", file=sys.stderr)
     failed |= bool(py_problems)
@@ -310,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             "layers: no Python import cycle, fastshard never imports fastshard_lab, "
             "vllm/ reaches the core through fastshard._core only, "
+            "no room imports a public module above it, "
             "no pair of Rust modules importing each other"
         )
     return 1 if failed else 0

@@ -283,3 +283,40 @@ def test_vllm_reaches_the_core_through_the_facade_only(tmp_path: Path) -> None:
     )
     assert "fastshard.reader imports fastshard._engine.dispatch.load" in out.stderr
     assert "errors" not in out.stderr
+
+
+def test_a_room_never_imports_a_public_module_above_it(tmp_path: Path) -> None:
+    files = {
+        PKG + "__init__.py": "",
+        PKG + "errors.py": "class Error(Exception): ...\n",
+        PKG + "tp.py": "from .errors import Error\n",  # a public leaf: below every room
+        PKG + "shard.py": "from ._layouts.resolve import resolve as resolve\n",
+        PKG + "_layouts/__init__.py": "",
+        PKG + "_layouts/resolve.py": "from .. import errors, tp\n",
+        PKG + "_layouts/hf.py": """\
+            from typing import TYPE_CHECKING
+            from .resolve import resolve
+            if TYPE_CHECKING:
+                from ..tp import Slice
+        """,
+    }
+    out = check(tree(tmp_path, files))
+    assert out.returncode == 0, out
+    # shard.py reaches a room, so it is above them all: no cycle, still an arrow up.
+    files[PKG + "_layouts/hf.py"] = "from .. import shard\n"
+    files[PKG + "_engine/__init__.py"] = ""
+    files[PKG + "_engine/ring.py"] = """\
+        from typing import TYPE_CHECKING
+        if TYPE_CHECKING:
+            from ..shard import resolve
+    """
+    out = check(tree(tmp_path, files))
+    assert out.returncode == 1, out
+    assert "fastshard._layouts.hf imports fastshard.shard (python/fastshard/_layouts/hf.py:1)" in (
+        out.stderr
+    )
+    assert (
+        "fastshard._engine.ring imports fastshard.shard (python/fastshard/_engine/ring.py:3)"
+        in (out.stderr)
+    )
+    assert "fastshard.tp" not in out.stderr and "errors" not in out.stderr

@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 from test_tp_loading import SPECS, TPBlock, full_state
 
 import fastshard
-from fastshard import cooperative
+from fastshard._coop import load as cooperative
 from fastshard._coop import shm as _coopshm
 
 BUDGET = 3 << 20  # small enough that the load runs many rounds

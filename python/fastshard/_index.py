@@ -9,10 +9,10 @@ from collections.abc import Iterable, Sequence
 import torch
 
 from ._engine import tensors as _torch
+from ._layouts.packed import Entry
 from ._nested import StateDict, restructure
 from ._types import NameOrPath, PathPart, TensorInfo
 from .errors import InvalidArgumentError
-from .packed import Entry
 
 
 def _info(entry: Entry, uri: str, dtypes: dict[str, torch.dtype]) -> TensorInfo:

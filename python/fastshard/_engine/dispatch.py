@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from .. import cooperative as _coop
 from .. import tp
+from .._coop import load as _coop
 from .._coop import peers as _peers
 from .._types import LoadStats, TensorInfo
 from ..errors import FastshardError

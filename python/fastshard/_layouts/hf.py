@@ -12,7 +12,7 @@ the shard it names; a shard it names that is not there is a
 ``FormatError`` (native). Tensors a shard holds that the map leaves out
 load too, as transformers loads every tensor of the shards it opens.
 
-A directory without a ``fastshard-manifest.json`` (shard.py) is tried in
+A directory without a ``fastshard-manifest.json`` (resolve.py) is tried in
 this order: ``model.tensors`` (fastshard's default name, first so that a
 directory that has one loads as before), the HF index, ``model.safetensors``.
 A URI naming an index file directly opens its shards.
@@ -26,10 +26,12 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from .. import _native, shard
+from .. import _native
 from ..errors import FormatError, NotFoundError
 from . import location as _location
 from .location import display as _shown
+from .manifest import MANIFEST_NAME
+from .resolve import DEFAULT_FILE, Resolved, name_rank
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -93,9 +95,9 @@ def read_index(location: _location.Uri, source_opts: dict[str, Any]) -> Checkpoi
 
 
 def open_reader(
-    resolved: shard.Resolved, source_opts: dict[str, Any]
+    resolved: Resolved, source_opts: dict[str, Any]
 ) -> tuple[_native.Reader, Checkpoint | None]:
-    """The native reader of what ``shard.resolve`` found: one file, or the
+    """The native reader of what ``resolve`` found: one file, or the
     files of the HF checkpoint a directory (or index URI) holds."""
     loc = resolved.file
     if resolved.rank is None and is_index(loc):
@@ -107,7 +109,7 @@ def open_reader(
         return _native.Reader(loc, **source_opts), None
     except NotFoundError as e:
         if resolved.directory is None:
-            raise shard.name_rank(e, resolved) from e
+            raise name_rank(e, resolved) from e
         missing = e
     directory = resolved.dir_location or _native.Location(resolved.directory)
     ckpt = read_index(directory.child(INDEX_NAME), source_opts)
@@ -118,8 +120,8 @@ def open_reader(
     except NotFoundError:
         shown = directory.display
         raise NotFoundError(
-            f"{shown} holds no weights fastshard knows: no {shard.MANIFEST_NAME}, "
-            f"{shard.DEFAULT_FILE}, {INDEX_NAME} or {SINGLE_NAME}",
+            f"{shown} holds no weights fastshard knows: no {MANIFEST_NAME}, "
+            f"{DEFAULT_FILE}, {INDEX_NAME} or {SINGLE_NAME}",
             uri=shown,
         ) from missing
 

@@ -8,7 +8,7 @@ signature, a credential); in a local path or an S3 key ``?`` is an ordinary
 character. An unknown scheme is an ``UnsupportedError``. What is built from
 the parts here (folders, children, siblings) is string work on the
 ``head`` the native type returns; templates, manifests and directory
-layouts are policy above this (shard.py).
+layouts are policy above this (resolve.py).
 
 Every question takes a ``Location`` as well as a string: an open parses its
 URI once (``parsed``) and asks the parsed form from there on.

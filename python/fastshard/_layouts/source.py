@@ -11,14 +11,14 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .. import shard
 from .._native import Location, Reader
 from . import hf
+from .resolve import Resolved, resolve
 
 
 @dataclass(frozen=True)
 class Source:
-    resolved: shard.Resolved  # this rank's file, and the layout it came from
+    resolved: Resolved  # this rank's file, and the layout it came from
     reader: Reader
     checkpoint: hf.Checkpoint | None  # the HF index, when the open found one
 
@@ -33,10 +33,8 @@ def open_source(
 ) -> Source:
     """Open what ``uri`` names for ``rank`` of ``world_size``: a template or
     directory becomes this rank's file, checked against the manifest before
-    the native open (shard.py); a directory may hold an HF checkpoint."""
+    the native open (resolve.py); a directory may hold an HF checkpoint."""
     loc = uri if isinstance(uri, Location) else Location(os.fspath(uri))
-    resolved = shard.resolve(
-        loc, rank, world_size, verify_hashes=verify_hashes, source_opts=source_opts
-    )
+    resolved = resolve(loc, rank, world_size, verify_hashes=verify_hashes, source_opts=source_opts)
     reader, checkpoint = hf.open_reader(resolved, source_opts)
     return Source(resolved, reader, checkpoint)
