@@ -12,10 +12,11 @@ from pathlib import Path
 import torch
 
 import fastshard
+from fastshard._engine import places as _places
 from fastshard._engine import ring as _ring
 
 KiB, MiB = 1 << 10, 1 << 20
-Job = tuple[torch.Tensor, int, list[_ring.ByteOp], list[_ring.ItemOp]]
+Job = tuple[torch.Tensor, int, list[_places.ByteOp], list[_places.ItemOp]]
 
 
 class LateTicket:
@@ -37,7 +38,7 @@ class LateCopier:
     def __init__(self, delay: float, fail_at: int | None = None) -> None:
         self.delay = delay
         self.fail_at = fail_at
-        self.inner: _ring.CpuCopier | None = None
+        self.inner: _places.CpuCopier | None = None
         self.queued: list[Job] = []
         self.lock = threading.Lock()
         self.in_flight = 0
@@ -62,8 +63,8 @@ class LateCopier:
         self,
         slab: torch.Tensor,
         slot: int,
-        bytes_ops: list[_ring.ByteOp],
-        item_ops: list[_ring.ItemOp],
+        bytes_ops: list[_places.ByteOp],
+        item_ops: list[_places.ItemOp],
     ) -> None:
         if self.fail_at is not None and self.tickets == self.fail_at:
             raise RuntimeError("copy failed")
@@ -90,7 +91,7 @@ def late_load(
     """``_ring.load`` with the late copier around the real CPU one."""
     dtypes = [f.engine.info_at(it.index).dtype for it in items]
     where, targets = _ring.targets_of(items, dtypes)
-    copier.inner = _ring.CpuCopier(_ring.Places(items, dtypes, targets))
+    copier.inner = _places.CpuCopier(_places.Places(items, dtypes, targets))
     return _ring.load(f.engine, items, budget, copier=copier)
 
 

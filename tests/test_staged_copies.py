@@ -21,6 +21,7 @@ from staging_helpers import LateCopier, MiB, fp32_file, late_load
 
 import fastshard
 from fastshard._engine import cuda as _cuda
+from fastshard._engine import places as _places
 from fastshard._engine import ring as _ring
 from fastshard._engine import slabs as _slabs
 from fastshard._engine import tensors as _torch
@@ -57,18 +58,18 @@ def test_tensors_carved_from_one_block_are_copied_as_runs_empty_ones_included(
     assert copier.byte_ops <= 8, copier.byte_ops
 
 
-class CountingCopier(_ring.CpuCopier):
+class CountingCopier(_places.CpuCopier):
     def __init__(self, items: list[_ring.Item], dtypes: list[torch.dtype]) -> None:
         where, targets = _ring.targets_of(items, dtypes)
-        super().__init__(_ring.Places(items, dtypes, targets))
+        super().__init__(_places.Places(items, dtypes, targets))
         self.byte_ops = 0
 
     def copy(
         self,
         slab: torch.Tensor,
         slot: int,
-        bytes_ops: list[_ring.ByteOp],
-        item_ops: list[_ring.ItemOp],
+        bytes_ops: list[_places.ByteOp],
+        item_ops: list[_places.ItemOp],
     ) -> None:
         self.byte_ops += len(bytes_ops)
         super().copy(slab, slot, bytes_ops, item_ops)
@@ -173,13 +174,13 @@ def test_copies_without_a_cast_are_byte_copies() -> None:
     # without a cast, both sides of every item copy are bytes.
     dest = torch.empty(3, 5, dtype=torch.float16)
     items = [_ring.Item(0, None, (3, 5), dest)]
-    places = _ring.Places(items, [torch.float16], [])
+    places = _places.Places(items, [torch.float16], [])
     slab = torch.zeros(4096, dtype=torch.uint8)
     whole = places.item_pair((0, 512, 0, 30, 1, 30, 30, True), slab)
     part = places.item_pair((0, 512, 10, 12, 1, 12, 12, True), slab)
     for d, s in (whole, part):
         assert d.dtype == s.dtype == torch.uint8 and d.shape == s.shape
-    cast = _ring.Places(items, [torch.bfloat16], []).item_pair(
+    cast = _places.Places(items, [torch.bfloat16], []).item_pair(
         (0, 512, 0, 30, 1, 30, 30, True), slab
     )
     assert cast[0].dtype == torch.float16 and cast[1].dtype == torch.bfloat16
@@ -187,7 +188,7 @@ def test_copies_without_a_cast_are_byte_copies() -> None:
     # The first half of a float32 tensor cast to float16: as many file bytes
     # as the destination holds, yet a piece of it, not the whole.
     wide = torch.empty(4, 5, dtype=torch.float16)
-    half = _ring.Places([_ring.Item(0, None, (4, 5), wide)], [torch.float32], [])
+    half = _places.Places([_ring.Item(0, None, (4, 5), wide)], [torch.float32], [])
     d, s = half.item_pair((0, 0, 0, 40, 1, 40, 40, False), slab)
     assert d.shape == s.shape == (10,) and d.data_ptr() == wide.data_ptr()
 
@@ -262,9 +263,9 @@ class HostCudaCopier(_cuda.CudaCopier):
         self._used.add(device)
         return None  # type: ignore[return-value]
 
-    def ticket(self) -> _ring.Ticket:  # type: ignore[override]
+    def ticket(self) -> _places.Ticket:  # type: ignore[override]
         self._used.clear()
-        return _ring.Done()
+        return _places.Done()
 
     def finish(self) -> None:
         return None
@@ -300,7 +301,7 @@ def test_the_cuda_copier_logic_places_every_dtype_bit_exact(
             for w, it in zip(where, items, strict=True)
         ]
         monkeypatch.setattr(_ring, "targets_of", lambda i, d: (big, targets))
-        copier = HostCudaCopier(_ring.Places(items, dtypes, targets), 8)
+        copier = HostCudaCopier(_places.Places(items, dtypes, targets), 8)
         _ring.load(f.engine, items, budget, copier=copier)
     for n, d in zip(names, dests, strict=True):
         assert_bit_equal(d, sd[n])

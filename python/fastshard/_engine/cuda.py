@@ -16,7 +16,7 @@ import torch
 from ..errors import DeviceError, StorageError
 
 if TYPE_CHECKING:
-    from .ring import ByteOp, ItemOp, Places
+    from .places import ByteOp, ItemOp, Places
 
 _PORTABLE = 1  # cudaHostRegisterPortable: pinned for every CUDA context, as torch pins
 
