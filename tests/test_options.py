@@ -34,6 +34,29 @@ def test_the_source_options_are_listed_once_on_each_side() -> None:
     assert all(f"{name}:" not in stub for name in _native.SOURCE_OPTIONS)
 
 
+def test_the_load_knobs_are_listed_once_on_each_side(tmp_path: Path) -> None:
+    """Reader.load and Reader.stage take their keywords through one native
+    list (rust/py/reader.rs's LOAD_KNOBS), which the stubs' _LoadKnobs
+    types; a keyword outside it is a TypeError, as for a named keyword."""
+    root = Path(__file__).resolve().parent.parent
+    rust = (root / "rust" / "py" / "reader.rs").read_text()
+    listed = rust.split("const LOAD_KNOBS: &[&str] = &[", 1)[1].split("];", 1)[0]
+    knobs = [n.strip().strip('"') for n in listed.split(",") if n.strip()]
+    stub = (root / "python" / "fastshard" / "_native.pyi").read_text()
+    typed = stub.split("class _LoadKnobs(TypedDict, total=False):", 1)[1].split("\n\n", 2)[1]
+    assert knobs == [line.split(":")[0].strip() for line in typed.splitlines()]
+    path = tmp_path / "one.tensors"
+    fastshard.save({"w": torch.ones(4)}, path)
+    reader = _native.Reader(str(path))
+    out = bytearray(16)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'verify_hashes'"):
+        reader.load([0], [out], verify_hashes=True)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="argument 'concurrency'"):
+        reader.load([0], [out], concurrency="8")  # type: ignore[typeddict-item]
+    reader.load([0], [out], verify_hash=True, concurrency=None)
+    assert bytes(out) == torch.ones(4).numpy().tobytes()
+
+
 def test_the_typed_options_are_the_native_layers() -> None:
     assert _options.SourceOptions.__optional_keys__ == set(_native.SOURCE_OPTIONS)
     assert not _options.OpenOptions.__required_keys__

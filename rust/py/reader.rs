@@ -1,6 +1,7 @@
 //! `fastshard._native.Reader`: an opened file, its index, and loads into
 //! Python-owned buffers.
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
@@ -168,32 +169,17 @@ impl Reader {
         Ok(Mapping::new(mapped, file.uri()))
     }
 
-    #[pyo3(signature = (indices, buffers, *, slices=None, verify_hash=false, concurrency=None, throughput_target_gbps=None, part_size_bytes=None, max_host_bytes=None, encryption=None, progress=None))]
-    #[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
+    #[pyo3(signature = (indices, buffers, *, slices=None, **knobs))]
     fn load<'py>(
         &self,
         py: Python<'py>,
         indices: Vec<usize>,
         buffers: Vec<Bound<'py, PyAny>>,
         slices: Option<Vec<PySlice>>,
-        verify_hash: bool,
-        concurrency: Option<usize>,
-        throughput_target_gbps: Option<f64>,
-        part_size_bytes: Option<u64>,
-        max_host_bytes: Option<u64>,
-        encryption: Option<Bound<'py, PyAny>>,
-        progress: Option<PyRef<'py, super::progress::Progress>>,
+        knobs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         // Checked before any buffer is taken, so there is nothing to release.
-        let opts = load_options(
-            verify_hash,
-            concurrency,
-            throughput_target_gbps,
-            part_size_bytes,
-            max_host_bytes,
-            encryption.as_ref(),
-            progress,
-        )?;
+        let opts = load_options(knobs)?;
         let slices = tensor_slices(slices.unwrap_or_default());
         let uri = self.file.uri().to_string();
         let held = Held::take(&buffers, true).map_err(|e| to_py(e.with_uri(&uri)))?;
@@ -218,8 +204,7 @@ impl Reader {
     }
 
     /// Starts a staged load into `slabs` (see `_native.pyi`).
-    #[pyo3(signature = (indices, slices, targets, slabs, slab_bytes, *, verify_hash=false, concurrency=None, throughput_target_gbps=None, part_size_bytes=None, max_host_bytes=None, encryption=None, progress=None))]
-    #[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
+    #[pyo3(signature = (indices, slices, targets, slabs, slab_bytes, **knobs))]
     fn stage<'py>(
         &self,
         indices: Vec<usize>,
@@ -227,23 +212,9 @@ impl Reader {
         targets: Vec<Option<(u32, u64, bool)>>,
         slabs: Vec<Bound<'py, PyAny>>,
         slab_bytes: u64,
-        verify_hash: bool,
-        concurrency: Option<usize>,
-        throughput_target_gbps: Option<f64>,
-        part_size_bytes: Option<u64>,
-        max_host_bytes: Option<u64>,
-        encryption: Option<Bound<'py, PyAny>>,
-        progress: Option<PyRef<'py, super::progress::Progress>>,
+        knobs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Staging> {
-        let opts = load_options(
-            verify_hash,
-            concurrency,
-            throughput_target_gbps,
-            part_size_bytes,
-            max_host_bytes,
-            encryption.as_ref(),
-            progress,
-        )?;
+        let opts = load_options(knobs)?;
         let uri = self.file.uri();
         if indices.len() != slices.len() || indices.len() != targets.len() {
             return Err(to_py(
@@ -276,31 +247,72 @@ impl Reader {
     }
 }
 
-/// A load's options from the keyword arguments `load` and `stage` share.
-fn load_options(
-    verify_hash: bool,
-    concurrency: Option<usize>,
-    throughput_target_gbps: Option<f64>,
-    part_size: Option<u64>,
-    max_host_bytes: Option<u64>,
-    encryption: Option<&Bound<'_, PyAny>>,
-    progress: Option<PyRef<'_, super::progress::Progress>>,
-) -> PyResult<LoadOptions> {
+/// The keyword arguments `load` and `stage` share (`_LoadKnobs` in
+/// `_native.pyi`); anything else is a caller's mistake, as it would be for a
+/// keyword the signature named.
+const LOAD_KNOBS: &[&str] = &[
+    "verify_hash",
+    "concurrency",
+    "throughput_target_gbps",
+    "part_size_bytes",
+    "max_host_bytes",
+    "encryption",
+    "progress",
+];
+
+/// A load's options from the keyword arguments `load` and `stage` share
+/// (None where a knob is left out or None).
+fn load_options(knobs: Option<&Bound<'_, PyDict>>) -> PyResult<LoadOptions> {
+    let Some(knobs) = knobs else {
+        return Ok(LoadOptions::default());
+    };
+    for k in knobs.keys() {
+        let k: String = k.extract()?;
+        if !LOAD_KNOBS.contains(&k.as_str()) {
+            return Err(PyTypeError::new_err(format!(
+                "got an unexpected keyword argument '{k}'"
+            )));
+        }
+    }
+    let throughput_target_gbps: Option<f64> = knob(knobs, "throughput_target_gbps")?;
     if let Some(t) = throughput_target_gbps.filter(|t| !(t.is_finite() && *t > 0.0)) {
         return Err(to_py(Error::invalid(format!(
             "throughput_target_gbps must be a positive number of gigabits a second, not {t}"
         ))));
     }
     // One Decryptor per load: a passphrase is derived once, not per tensor.
-    let decryption = super::crypt::parse(encryption)?.map(|k| Arc::new(Decryptor::new(k.secret)));
+    let encryption = knobs.get_item("encryption")?.filter(|v| !v.is_none());
+    let decryption =
+        super::crypt::parse(encryption.as_ref())?.map(|k| Arc::new(Decryptor::new(k.secret)));
+    let progress: Option<PyRef<'_, super::progress::Progress>> = knob(knobs, "progress")?;
     Ok(LoadOptions {
-        verify_hash,
-        concurrency,
+        verify_hash: knob(knobs, "verify_hash")?.unwrap_or(false),
+        concurrency: knob(knobs, "concurrency")?,
         throughput_target: throughput_target_gbps.map(|g| g * 1e9 / 8.0),
-        part_size,
-        max_host_bytes,
+        part_size: knob(knobs, "part_size_bytes")?,
+        max_host_bytes: knob(knobs, "max_host_bytes")?,
         decryption,
         progress: progress.map(|p| p.counter()),
+    })
+}
+
+/// The knob `k` (None where left out or None); a value of the wrong type
+/// is the TypeError a named keyword would raise.
+fn knob<'py, T: for<'a> FromPyObjectOwned<'py>>(
+    knobs: &Bound<'py, PyDict>,
+    k: &str,
+) -> PyResult<Option<T>> {
+    let Some(v) = knobs.get_item(k)?.filter(|v| !v.is_none()) else {
+        return Ok(None);
+    };
+    let py = v.py();
+    v.extract::<T>().map(Some).map_err(|e| {
+        let e: PyErr = e.into();
+        if e.is_instance_of::<PyTypeError>(py) {
+            PyTypeError::new_err(format!("argument '{k}': {}", e.value(py)))
+        } else {
+            e
+        }
     })
 }
 
