@@ -17,7 +17,7 @@ import torch.multiprocessing as mp
 from test_tp_loading import DIM0, SD_SPECS, full_state, ref_slice
 
 import fastshard
-from fastshard._coop import shm as _coopshm
+from fastshard._coop import shm as _shm
 
 WS = 2
 ODD = 1  # the rank whose shared memory is elsewhere
@@ -27,13 +27,13 @@ def _rank_main(rank: int, where: str, uri: str, opts: dict[str, Any], out: str) 
     dist.init_process_group("gloo", init_method=f"file://{out}/pg", rank=rank, world_size=WS)
     try:
         if rank == ODD and where == "told":
-            os.environ[_coopshm.ENV] = "collective"
+            os.environ[_shm.ENV] = "collective"
         elif rank == ODD and where in ("missing", "elsewhere"):
             # "missing": it cannot make a segment; "elsewhere": it makes one
             # the others cannot map (as on another host).
-            _coopshm._DIR = Path(out, where)
+            _shm._DIR = Path(out, where)
             if where == "elsewhere":
-                _coopshm._DIR.mkdir()
+                _shm._DIR.mkdir()
         full = full_state()
         if rank == ODD and where == "uneven":
             # This rank skips the first tensor: the plan it guessed before
@@ -98,10 +98,10 @@ def test_a_segment_left_by_a_killed_rank_is_removed_by_the_next_load(
     import subprocess
     import time
 
-    monkeypatch.setattr(_coopshm, "_DIR", tmp_path)
+    monkeypatch.setattr(_shm, "_DIR", tmp_path)
     gone = subprocess.Popen(["true"])
     gone.wait()
-    old = time.time() - 2 * _coopshm._STALE_SECONDS
+    old = time.time() - 2 * _shm._STALE_SECONDS
 
     def segment(name: str, mtime: float) -> Path:
         path = tmp_path / name
@@ -114,7 +114,7 @@ def test_a_segment_left_by_a_killed_rank_is_removed_by_the_next_load(
     running = segment(f"fastshard-coop-{os.getpid()}-{'c' * 32}", old)
     others = [segment(n, old) for n in ("fastshard-coop-x", "fastshard-coop-1", "other-1-a")]
 
-    own = _coopshm.create(4096)
+    own = _shm.create(4096)
     assert own is not None
     try:
         assert not left.exists()

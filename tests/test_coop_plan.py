@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from fastshard import tp
 from fastshard._coop import plan as cp
-from fastshard._coop import trace as _cooptrace
-from fastshard._engine import tensors as _torch
+from fastshard._coop import trace as _trace
+from fastshard._engine import tensors as _tensors
 from fastshard._types import TensorInfo
 
 
@@ -121,27 +121,27 @@ def test_a_receiver_gets_every_piece_it_wants_replicated_ones_included() -> None
 def test_host_copies_match_torch_for_strided_cast_and_scalar_tensors() -> None:
     src = torch.randn(6, 10).to(torch.bfloat16)
     out = torch.zeros(6, 4, dtype=torch.bfloat16)
-    _torch.copy(out, src.narrow(1, 3, 4))  # one thread, bytes
+    _tensors.copy(out, src.narrow(1, 3, 4))  # one thread, bytes
     assert torch.equal(out, src[:, 3:7])
     wide = torch.zeros(6, 4)
-    _torch.copy(wide, src.narrow(1, 3, 4))  # a cast: torch's own copy
+    _tensors.copy(wide, src.narrow(1, 3, 4))  # a cast: torch's own copy
     assert torch.equal(wide, src[:, 3:7].float())
     scalar = torch.zeros(())
-    _torch.copy(scalar, torch.tensor(2.5))
+    _tensors.copy(scalar, torch.tensor(2.5))
     assert scalar.item() == 2.5
 
 
 def test_the_trace_is_off_by_default_and_writes_each_rounds_phases(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv(_cooptrace.ENV, raising=False)
-    off = _cooptrace.Trace(0, 2)
+    monkeypatch.delenv(_trace.ENV, raising=False)
+    off = _trace.Trace(0, 2)
     with off.phase("fetch", 0):
         pass
     off.write()
     assert not off.on and not off.rows
-    monkeypatch.setenv(_cooptrace.ENV, str(tmp_path))
-    trace = _cooptrace.Trace(1, 2)
+    monkeypatch.setenv(_trace.ENV, str(tmp_path))
+    trace = _trace.Trace(1, 2)
     with trace.phase("fetch", 0):
         pass
     trace.add("sent_bytes", 100, 0)

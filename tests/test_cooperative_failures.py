@@ -19,7 +19,7 @@ from test_tp_loading import SPECS, TPBlock, full_state
 
 import fastshard
 from fastshard._coop import load as cooperative
-from fastshard._coop import shm as _coopshm
+from fastshard._coop import shm as _shm
 
 BUDGET = 3 << 20  # small enough that the load runs many rounds
 VICTIM = 1
@@ -66,7 +66,7 @@ def _feed(uri: str, rank: int, ws: int, opts: dict[str, Any], out: str) -> None:
 def _rank_main(
     rank: int, ws: int, how: str, exchange: str, uri: str, opts: dict[str, Any], out: str
 ) -> None:
-    os.environ[_coopshm.ENV] = exchange
+    os.environ[_shm.ENV] = exchange
     dist.init_process_group("gloo", init_method=f"file://{out}/pg", rank=rank, world_size=ws)
     report: dict[str, Any] = {}
     try:

@@ -1,6 +1,6 @@
 """Ten thousand small tensors (the shape where per-tensor costs dominate):
 every one loads bit-equal through both destinations, from both formats.
-New CPU tensors are carved out of shared blocks (``_torch.empty_many``),
+New CPU tensors are carved out of shared blocks (``_tensors.empty_many``),
 so these also check that no two of them overlap."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from conftest import assert_bit_equal, random_tensor
 from safetensors.torch import save_file
 
 import fastshard
-from fastshard._engine import tensors as _torch
+from fastshard._engine import tensors as _tensors
 
 COUNT = 10_000
 DTYPES = (
@@ -122,28 +122,28 @@ def test_aliased_destinations_are_filled_once(tmp_path):
 def test_empty_many_layout():
     """Small tensors share blocks, each at an aligned offset, never
     overlapping; a large one gets its own memory."""
-    big = _torch.SMALL_TENSOR // 4 + 1
+    big = _tensors.SMALL_TENSOR // 4 + 1
     specs = [
         ((3,), torch.float16),
         ((), torch.float64),
         ((0, 2), torch.int8),
         ((big,), torch.float32),
     ]
-    specs += [((1024,), torch.float32)] * (_torch.SLAB_BYTES // 4096 + 3)
-    tensors, views = _torch.empty_many(specs)
+    specs += [((1024,), torch.float32)] * (_tensors.SLAB_BYTES // 4096 + 3)
+    tensors, views = _tensors.empty_many(specs)
     for t in tensors:  # a block holds one dtype (torch.save needs it)
         assert all(u.dtype == t.dtype for u in tensors if _same_storage(u, t))
     for (shape, dtype), t, v in zip(specs, tensors, views, strict=True):
         assert t.shape == shape and t.dtype == dtype and t.is_contiguous()
         assert len(v) == math.prod(shape) * dtype.itemsize
         offset = t.data_ptr() - t.untyped_storage().data_ptr()
-        assert offset % _torch.SLAB_ALIGN == 0
+        assert offset % _tensors.SLAB_ALIGN == 0
     _disjoint(tensors)
     assert tensors[3].untyped_storage().nbytes() == big * 4
     # Two blocks for the 1 KiB tensors: no block grows past SLAB_BYTES.
     storages = {t.untyped_storage().data_ptr() for t in tensors[4:]}
     assert len(storages) == 2
-    assert all(t.untyped_storage().nbytes() <= _torch.SLAB_BYTES for t in tensors)
+    assert all(t.untyped_storage().nbytes() <= _tensors.SLAB_BYTES for t in tensors)
 
 
 def _same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -18,7 +18,7 @@ import torch
 
 import fastshard
 from fastshard import _options, cli
-from fastshard._engine import tensors as _torch
+from fastshard._engine import tensors as _tensors
 from fastshard._options import OpenOptions, SaveOptions
 
 # Finite values (no NaN bit patterns), so torch.equal compares casts.
@@ -161,10 +161,10 @@ def test_another_dtype_name_is_refused_naming_the_accepted_ones_before_any_read(
 
 def test_a_dtype_torch_lacks_names_no_tensor_when_there_is_none() -> None:
     with pytest.raises(fastshard.UnsupportedError) as info:
-        _torch.dtype_from_name("float7_e3m3")
+        _tensors.dtype_from_name("float7_e3m3")
     assert _message(info).startswith("dtype 'float7_e3m3' is not available in torch ")
     with pytest.raises(fastshard.UnsupportedError, match="of tensor 'w' is not available"):
-        _torch.dtype_from_name("float7_e3m3", tensor="w")
+        _tensors.dtype_from_name("float7_e3m3", tensor="w")
 
 
 def test_a_misspelt_option_names_the_nearest_one_before_any_read(tmp_path: Path) -> None:

@@ -24,21 +24,21 @@ from fastshard._engine import cuda as _cuda
 from fastshard._engine import places as _places
 from fastshard._engine import ring as _ring
 from fastshard._engine import slabs as _slabs
-from fastshard._engine import tensors as _torch
+from fastshard._engine import tensors as _tensors
 
 
 def test_tensors_carved_from_one_block_are_copied_as_runs_empty_ones_included(
     tmp_path: Path,
 ) -> None:
     # What a CUDA load_state_dict does with small tensors, on the CPU: new
-    # tensors carved from shared blocks (_torch.empty_on), copied out as
+    # tensors carved from shared blocks (_tensors.empty_on), copied out as
     # plain bytes, one run over the padding between them per batch.
     path, sd = fp32_file(tmp_path)
     with fastshard.open(path) as f:
         names = list(sd)
         shapes = [tuple(sd[n].shape) for n in names]
         specs = [(s, sd[n].dtype) for n, s in zip(names, shapes, strict=True)]
-        dests, carved = _torch.empty_on(torch.device("cpu"), specs)
+        dests, carved = _tensors.empty_on(torch.device("cpu"), specs)
         assert carved[names.index("w0")] and not carved[names.index("big")]
         for d in dests:
             d.view(-1).view(torch.uint8).fill_(0xFF)
@@ -97,7 +97,7 @@ def test_host_casts_between_float_types_are_native_and_equal_torchs(
         raise AssertionError("a host cast went through torch")
 
     monkeypatch.setattr(torch, "_foreach_copy_", refused)
-    monkeypatch.setattr(_torch, "copy", refused)
+    monkeypatch.setattr(_tensors, "copy", refused)
     for want in FLOATS:
         if want == stored:
             continue
@@ -133,7 +133,7 @@ def test_a_block_carved_for_casts_and_plain_copies_alike_keeps_both(tmp_path: Pa
     }
     path = tmp_path / "m.tensors"
     fastshard.save(sd, path)
-    dests, carved = _torch.empty_on(torch.device("cpu"), [((5, 9), torch.float16)] * 12)
+    dests, carved = _tensors.empty_on(torch.device("cpu"), [((5, 9), torch.float16)] * 12)
     assert all(carved)
     with fastshard.open(path) as f:
         items = [

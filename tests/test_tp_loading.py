@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 
 import fastshard
 from fastshard import ShardSpec
-from fastshard._coop import shm as _coopshm
+from fastshard._coop import shm as _shm
 
 # The block's sizes: hidden, query, key (and value), intermediate, vocabulary.
 Sizes = tuple[int, int, int, int, int]
@@ -196,7 +196,7 @@ def _rank_main(rank: int, ws: int, uris: dict[str, str], opts: dict[str, Any], o
         budget = 3 << 20
         report["budget"] = budget
         for exchange in EXCHANGES:
-            os.environ[_coopshm.ENV] = exchange
+            os.environ[_shm.ENV] = exchange
             report[exchange] = _cooperative(uris["full"], rank, ws, full, budget, opts)
         Path(out, f"rank{rank}.json").write_text(json.dumps(report))
     finally:

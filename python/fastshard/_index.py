@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from ._engine import tensors as _torch
+from ._engine import tensors as _tensors
 from ._layouts.packed import Entry
 from ._nested import StateDict, restructure
 from ._types import NameOrPath, PathPart, TensorInfo
@@ -21,7 +21,7 @@ def _info(entry: Entry, uri: str, dtypes: dict[str, torch.dtype]) -> TensorInfo:
     name, path, ttype, dtype, shape, _hoff, doff, dlen = entry
     tdtype = dtypes.get(dtype)
     if tdtype is None:
-        tdtype = dtypes[dtype] = _torch.dtype_from_name(dtype, tensor=name, uri=uri)
+        tdtype = dtypes[dtype] = _tensors.dtype_from_name(dtype, tensor=name, uri=uri)
     tpath = tuple(path) if path is not None else None
     nbytes = math.prod(shape) * tdtype.itemsize
     return TensorInfo(name, tdtype, tuple(shape), nbytes, doff, tpath, ttype, dlen == 0 < nbytes)

@@ -142,7 +142,7 @@ class OpenSettings:
     budget: Budget = Budget()
     progress: bool | None = None
     # load_state_dict returns views of the file mapped copy-on-write
-    # (``_mapped``) instead of copies in private memory.
+    # (``fastshard._engine.mapped``) instead of copies in private memory.
     mmap: bool = False
 
     @property

@@ -9,7 +9,7 @@ from typing import Any, Unpack
 import torch
 
 from . import _native, _options, packed, shard
-from ._engine import tensors as _torch
+from ._engine import tensors as _tensors
 from ._layouts import location as _location
 from ._options import SaveOptions
 from .errors import InvalidArgumentError
@@ -128,9 +128,16 @@ def _write(
             # with numpy.prod(()) == 1.0, a float); a real zero scalar loads
             # the same everywhere.
             tensor = torch.zeros((), dtype=tensor.dtype)
-        data, owner = _torch.readable_bytes(tensor)
+        data, owner = _tensors.readable_bytes(tensor)
         specs.append(
-            (name, ttype, idx, _torch.dtype_name(tensor.dtype), list(tensor.shape), tensor.is_meta)
+            (
+                name,
+                ttype,
+                idx,
+                _tensors.dtype_name(tensor.dtype),
+                list(tensor.shape),
+                tensor.is_meta,
+            )
         )
         buffers.append(data)
         owners.append(owner)

@@ -1,8 +1,8 @@
 """How the ranks of a cooperative load get each other's bytes, one round
-at a time (``cooperative`` runs the rounds): ``Shared`` copies this rank's
-slices straight out of the owners' batches in shared memory (``_coopshm``);
-``Collective`` packs each peer's parts, sends them in one all-to-all over
-the group and places what it received. Both take the same plan
+at a time (``fastshard._coop.load`` runs the rounds): ``Shared`` copies
+this rank's slices straight out of the owners' batches in shared memory
+(``fastshard._coop.shm``); ``Collective`` packs each peer's parts, sends
+them in one all-to-all over the group and places what it received. Both take the same plan
 (``_coop.plan.Schedule``) and fill the same destinations: ``outs`` maps
 (file index, slice key) to the tensors that slice goes into.
 """
@@ -15,20 +15,20 @@ import torch
 
 from .._types import TensorSource
 from . import plan as cp
-from . import shm as _coopshm
+from . import shm as _shm
 from .peers import Link
 from .trace import Trace
 
 
 class Shared:
-    """Round k through shared memory (``_coopshm``): this rank copies its
+    """Round k through shared memory (``shm``): this rank copies its
     slices out of every owner's batch, where the owner fetched it."""
 
     def __init__(
         self,
         f: TensorSource,
         plan: cp.Schedule,
-        segments: _coopshm.Segments,
+        segments: _shm.Segments,
         outs: dict[tuple[int, cp.Key], list[torch.Tensor]],
     ) -> None:
         self.f, self.plan, self.segments, self.outs = f, plan, segments, outs
@@ -36,7 +36,7 @@ class Shared:
     # Three areas: the round being placed, the one whose fetch has landed
     # or is ending, and the next, so the fetch thread never waits for a
     # round's agreement (only for the agreement two rounds back).
-    depth = _coopshm.AREAS
+    depth = _shm.AREAS
 
     def own(self, k: int) -> torch.Tensor:
         return self.segments.area(self.plan.rank, k)[: self.plan.size(self.plan.rank, k)]
@@ -75,7 +75,8 @@ class Collective:
     ) -> None:
         self.f, self.plan, self.link, self.outs = f, plan, link, outs
         rank, n = plan.rank, plan.count
-        # Carved from one allocation made once (see _torch.Arena for why):
+        # Carved from one allocation made once (fresh ones each round let
+        # glibc's adaptive mmap threshold grow the heap past max_host_bytes):
         # two areas for this rank's batches (round k's is exchanged while
         # round k+1's is fetched), one for the parts it sends, one for the rest.
         own_max = plan.area(rank)

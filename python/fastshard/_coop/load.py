@@ -1,29 +1,29 @@
-"""Cooperative loads: the ranks of a torch.distributed group fetch each
-byte of one object once between them and send each other only what each
-one keeps.
+"""Cooperative loads: the ranks of a torch.distributed group fetch each byte of
+one object once between them and send each other only what each one keeps.
 
 Every rank of a tensor-parallel group needs a slice of most tensors and all
 of the replicated ones, and row-parallel slices are strided, so ranks that
 each read their own share fetch more than the object between them. Here the
 tensors are split into contiguous byte ranges, one per rank (each rank reads
 its range at full speed); the ranks first tell each other which slices they
-load (``fastshard._coop.plan``), then in rounds each rank fetches a batch of its range
-and every rank takes, from every batch, only its slices and the replicated
-tensors it loads. Traffic to the store per group is the object's size,
-whatever the world size; a rank receives about its own share of the split
-tensors plus the replicated ones (``LoadStats.bytes_fetched`` and
+load (``fastshard._coop.plan``), then in rounds each rank fetches a batch of
+its range and every rank takes, from every batch, only its slices and the
+replicated tensors it loads. Traffic to the store per group is the object's
+size, whatever the world size; a rank receives about its own share of the
+split tensors plus the replicated ones (``LoadStats.bytes_fetched`` and
 ``bytes_received``).
 
 How a rank gets the others' bytes (``LoadStats.exchange``,
-``fastshard._coop.exchange``): where every rank maps every other's memory (one host),
-each copies its slices straight out of the owners' batches in shared memory
-(``fastshard._coop.shm``); otherwise every owner sends each peer its parts in one
-all-to-all per round. A round is one agreement (a flag per rank), then the
-exchange. A thread fetches round k+1 while round k is exchanged and placed,
-so under a slow store the exchange hides behind the fetch; round 0 of the
-plan this rank guesses (every rank wanting what it wants) is fetched while
-the ranks agree on the real one. ``FASTSHARD_COOP_TRACE`` records where each
-rank's time goes (``fastshard._coop.trace``).
+``fastshard._coop.exchange``): where every rank maps every other's memory
+(one host), each copies its slices straight out of the owners' batches in
+shared memory (``fastshard._coop.shm``); otherwise every owner sends each
+peer its parts in one all-to-all per round. A round is one agreement (a flag
+per rank), then the exchange. A thread fetches round k+1 while round k is
+exchanged and placed, so under a slow store the exchange hides behind the
+fetch; round 0 of the plan this rank guesses (every rank wanting what it
+wants) is fetched while the ranks agree on the real one.
+``FASTSHARD_COOP_TRACE`` records where each rank's time goes
+(``fastshard._coop.trace``).
 
 Memory: a round holds this rank's batch (``max_host_bytes / (world + 3)``
 bytes, at most 16 MiB: ``Budget.cooperative_batch``), the next batch it
@@ -32,10 +32,11 @@ through the collective also the parts it sends and what it receives (at most
 one batch from each peer). Tensors larger than a batch travel as blocks of
 rows.
 
-Failures: a rank that fails to fetch tells the others at the next round;
-one that fails otherwise, or dies, stops the others through ``fastshard._coop.peers``, so
-every rank raises instead of waiting on a collective that never comes, and
-no rank returns before every rank has placed every piece.
+Failures: a rank that fails to fetch tells the others at the next round; one
+that fails otherwise, or dies, stops the others through
+``fastshard._coop.peers``, so every rank raises instead of waiting on a
+collective that never comes, and no rank returns before every rank has
+placed every piece.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from .._engine import ring as _ring
 from .._types import LoadStats, TensorSource
 from ..errors import FastshardError, PeerFailedError, ShardMismatchError
 from . import plan as cp
-from . import shm as _coopshm
+from . import shm as _shm
 from .exchange import Collective, Shared
 from .peers import Link
 from .trace import Trace
@@ -155,7 +156,7 @@ def _load(f: TensorSource, items: list[Item], link: Link, trace: Trace) -> LoadS
     # Sized for any plan the ranks may agree on (no batch is larger than the
     # cap or the object), not only the guessed one.
     area = max(guess.area(rank), min(cp.aligned(cap), f.file_size))
-    own = _coopshm.create(area) if _coopshm.wanted(link) else None
+    own = _shm.create(area) if _shm.wanted(link) else None
     outs: dict[tuple[int, cp.Key], list[torch.Tensor]] = {}
     for it in items:
         outs.setdefault((it.index, cp.key_of(it.slice)), []).append(it.out)
@@ -179,7 +180,7 @@ class _Start:
         f: TensorSource,
         guess: cp.Schedule,
         cap: int,
-        own: _coopshm.Own | None,
+        own: _shm.Own | None,
         pool: ThreadPoolExecutor,
         trace: Trace,
     ) -> None:
@@ -200,7 +201,7 @@ class _Start:
         self.first, self.own = None, None
 
     def keep(
-        self, plan: cp.Schedule, segments: _coopshm.Segments | None
+        self, plan: cp.Schedule, segments: _shm.Segments | None
     ) -> Future[LoadStats | None] | None:
         """Round 0's fetch when it is the real plan's, into the area used."""
         rank = plan.rank
@@ -237,7 +238,7 @@ def _rounds(
         plan = start.guess if same else cp.Schedule(f, reports, cap, rank)
     with trace.phase("attach"):
         needed = [plan.area(o) for o in range(link.world_size)]
-        segments = _coopshm.attach(link, start.own, needed)
+        segments = _shm.attach(link, start.own, needed)
     ex: Shared | Collective
     if segments is None:
         ex = Collective(f, plan, link, outs)

@@ -3,7 +3,7 @@ each batch out of its slab into device memory on a side stream, with an
 event as its ticket.
 
 Kept thin and free of policy: the native engine decides what goes where,
-``_ring`` when a slab may be reused; this file only knows how to do it on
+``ring.py`` when a slab may be reused; this file only knows how to do it on
 a GPU.
 """
 

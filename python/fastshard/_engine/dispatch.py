@@ -2,7 +2,7 @@
 ``fastshard.load`` alike: planned jobs (a tensor, the slice of it to read,
 where it goes) are fetched cooperatively by a process group, or by this
 process alone, each one straight into its destination when the native load
-can write there, else staged through the ring (``_ring``).
+can write there, else staged through the ring (``ring.py``).
 
 Cooperation: the ranks must agree that every one of them planned its load
 (``planning``) before any collective moves bytes, so that a rank whose
@@ -19,13 +19,13 @@ from typing import Any
 import torch
 
 from .. import tp
-from .._coop import load as _coop
+from .._coop import load as _cooperative
 from .._coop import peers as _peers
 from .._types import LoadStats, TensorInfo
 from ..errors import FastshardError
 from . import mapcast as _mapcast
 from . import ring as _ring
-from . import tensors as _torch
+from . import tensors as _tensors
 from .engine import Engine
 
 
@@ -36,7 +36,7 @@ class Job:
     there itself (contiguous CPU memory of the file's dtype that no other
     in-place destination overlaps) rather than through the staging ring;
     ``buffer``: the writable bytes of an in-place ``dest``, when its
-    allocation already made them (``_torch.empty_many``); ``carved``: a
+    allocation already made them (``_tensors.empty_many``); ``carved``: a
     new tensor cut from a block of ours, whose gaps are padding."""
 
     index: int
@@ -45,7 +45,7 @@ class Job:
     dest: torch.Tensor
     in_place: bool
     buffer: memoryview | None = None
-    carved: bool = False  # a view of a block of our own (``_torch.empty_on``)
+    carved: bool = False  # a view of a block of our own (``_tensors.empty_on``)
 
     @property
     def item(self) -> _ring.Item:
@@ -90,21 +90,21 @@ def fresh(
 ) -> list[Job]:
     """Jobs into new tensors allocated where and as they are returned:
     plain CPU tensors of the file's dtype are filled in place (allocated
-    together, ``_torch.empty_many``), the rest (CUDA, cast) go through the
-    staging ring (small ones carved from shared blocks, ``_torch.empty_on``)."""
+    together, ``_tensors.empty_many``), the rest (CUDA, cast) go through the
+    staging ring (small ones carved from shared blocks, ``_tensors.empty_on``)."""
     planned: list[tuple[int, tp.Slice | None, tuple[int, ...], torch.dtype]] = []
     for index, sl in zip(indices, slices, strict=True):
         info = infos[index]
         shape = info.shape if sl is None else tp.sliced_shape(info.shape, sl)
         dtype = info.dtype
-        if cast is not None and _torch.is_castable_float(dtype):
+        if cast is not None and _tensors.is_castable_float(dtype):
             dtype = cast
         planned.append((index, sl, shape, dtype))
     direct = device.type == "cpu"
     in_place = [direct and p[3] == infos[p[0]].dtype for p in planned]
     specs = [(p[2], p[3]) for p, ok in zip(planned, in_place, strict=True) if ok]
-    tensors, views = _torch.empty_many(specs)
-    staged, carved = _torch.empty_on(
+    tensors, views = _tensors.empty_many(specs)
+    staged, carved = _tensors.empty_on(
         device, [(p[2], p[3]) for p, ok in zip(planned, in_place, strict=True) if not ok]
     )
     jobs: list[Job] = []
@@ -126,12 +126,12 @@ def load(
 ) -> LoadStats:
     """Fill every job's destination, with its progress bar; the caller
     closes the books (``Engine.finish``) once the result is built."""
-    total = sum(_torch.nbytes(j.shape, engine.info_at(j.index).dtype) for j in jobs)
+    total = sum(_tensors.nbytes(j.shape, engine.info_at(j.index).dtype) for j in jobs)
     with engine.loading(total):
         if link is not None:
             link.agree(None)
-            items = [_coop.Item(j.index, j.slice, j.dest) for j in jobs]
-            return _coop.load(engine, items, link)
+            items = [_cooperative.Item(j.index, j.slice, j.dest) for j in jobs]
+            return _cooperative.load(engine, items, link)
         stats = LoadStats()
         # An encrypted file's slices are decrypted as whole cipher chunks
         # in the staging slabs, then cut: never straight into place.
@@ -139,7 +139,8 @@ def load(
         if direct:
             indices = [j.index for j in direct]
             buffers = [
-                j.buffer if j.buffer is not None else _torch.writable_bytes(j.dest) for j in direct
+                j.buffer if j.buffer is not None else _tensors.writable_bytes(j.dest)
+                for j in direct
             ]
             stats.add(engine.fill_bytes(indices, buffers, [j.slice for j in direct]))
         chosen = {id(j) for j in direct}

@@ -19,7 +19,7 @@ from .._options import OpenSettings
 from .._types import LoadStats, TensorInfo
 from ..errors import InvalidArgumentError
 from . import progress as _progress
-from . import tensors as _torch
+from . import tensors as _tensors
 
 
 class Engine:
@@ -62,7 +62,7 @@ class Engine:
 
     @property
     def stage_unit(self) -> int:
-        """The smallest piece a staged load cuts tensors in (``_ring``)."""
+        """The smallest piece a staged load cuts tensors in (``ring.py``)."""
         return self.native().stage_unit
 
     @property
@@ -74,7 +74,7 @@ class Engine:
 
     @property
     def mmap(self) -> bool:
-        """Whether loads of new tensors map the file (``_mapped``)."""
+        """Whether loads of new tensors map the file (``mapped.py``)."""
         return self._settings.mmap
 
     def map(self, indices: Sequence[int]) -> _native.Mapping:
@@ -92,7 +92,7 @@ class Engine:
         ops: Sequence[tuple[int, int, int]],
     ) -> None:
         """Maps the file (checking tensors ``indices``) and copies ``ops``
-        out of it into the bound host memory (``_mapcast``:
+        out of it into the bound host memory (``mapcast.py``:
         ``Mapping.copy_into``), counted by the load's progress bar."""
         progress = self._reading()
         self.map(indices).copy_into(regions, bindings, ops, progress=progress)
@@ -109,7 +109,7 @@ class Engine:
         ``slices[i]``, when given, loads only that tensor-parallel slice.
         The whole budget is this call's unless ``overrides`` say otherwise."""
         self.native()
-        buffers = [_torch.writable_bytes(t) for t in tensors]
+        buffers = [_tensors.writable_bytes(t) for t in tensors]
         return self.fill_bytes(indices, buffers, slices, **overrides)
 
     def fill_bytes(
@@ -140,7 +140,7 @@ class Engine:
         max_host_bytes: int | None,
     ) -> _native.Staging:
         """Starts a staged load of tensors ``indices`` into ``slabs``
-        (``_ring`` copies each batch out); ``targets``: each one's byte
+        (``ring.py`` copies each batch out); ``targets``: each one's byte
         target, or None to copy it through its own view."""
         reader = self.native()
         native = [self._native_index[i] for i in indices]

@@ -32,7 +32,7 @@ import torch
 from .._layouts import location as _location
 from .._types import LoadStats, TensorInfo
 from . import ring as _ring
-from . import tensors as _torch
+from . import tensors as _tensors
 from .engine import Engine
 
 # The types the native host cast converts between (``rust/stage/cast.rs``);
@@ -97,7 +97,7 @@ def _span(info: TensorInfo, it: _ring.Item) -> Span | None:
         or not dest.is_contiguous()
     ):
         return None
-    nbytes = _torch.nbytes(it.shape, info.dtype)
+    nbytes = _tensors.nbytes(it.shape, info.dtype)
     if it.slice is None:
         return info.offset, nbytes
     dim, ranges = it.slice

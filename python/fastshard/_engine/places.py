@@ -12,7 +12,7 @@ from typing import Protocol
 import torch
 
 from .. import tp
-from . import tensors as _torch
+from . import tensors as _tensors
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ class Places:
 
 class CpuCopier:
     """Synchronous copies on the calling thread: plain bytes without
-    torch's thread pool (``_torch.copy``), item views batched in one
+    torch's thread pool (``_tensors.copy``), item views batched in one
     ``_foreach_copy_`` (casts included)."""
 
     def __init__(self, places: Places) -> None:
@@ -154,7 +154,7 @@ class CpuCopier:
     ) -> None:
         with torch.no_grad():
             for op in bytes_ops:
-                _torch.copy(*self.places.bytes_pair(op, slab))
+                _tensors.copy(*self.places.bytes_pair(op, slab))
             pairs = [self.places.item_pair(op, slab) for op in item_ops]
             if pairs:
                 torch._foreach_copy_([d for d, _ in pairs], [s for _, s in pairs])

@@ -30,7 +30,7 @@ from .._types import LoadStats, TensorSource
 from ..errors import BudgetError
 from . import cuda as _cuda
 from . import slabs as _slabs
-from . import tensors as _torch
+from . import tensors as _tensors
 from .places import ByteOp, Copier, CpuCopier, ItemOp, Places, Ticket
 from .places import Item as Item
 
@@ -187,10 +187,10 @@ def load(
     elif not isinstance(budget, Budget):
         budget = Budget(budget)
     dtypes = [source.info_at(it.index).dtype for it in items]
-    total = sum(_torch.nbytes(it.shape, d) for it, d in zip(items, dtypes, strict=True))
+    total = sum(_tensors.nbytes(it.shape, d) for it, d in zip(items, dtypes, strict=True))
     # Each piece starts at an aligned offset in its slab: many tiny tensors
     # take more slab than their bytes.
-    padded = total + len(items) * (_torch.STAGED_ALIGN - 1)
+    padded = total + len(items) * (_tensors.STAGED_ALIGN - 1)
     cuda = any(it.dest.device.type == "cuda" for it in items)
     sizing = size(budget, padded, cuda, source.stage_unit)
     where, targets = targets_of(items, dtypes)

@@ -160,7 +160,7 @@ def _carve(
 # New tensors a staged load fills on any device are carved at this
 # alignment, the staging slabs' own: tensors that follow each other in a
 # slab then follow each other in their block too, and a batch of them is
-# copied out as one run (``_ring``).
+# copied out as one run (``ring.py``).
 STAGED_ALIGN: int = _native.STAGE_ALIGN
 
 
