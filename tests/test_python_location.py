@@ -5,6 +5,7 @@ Location type must keep."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -98,3 +99,35 @@ def test_one_open_parses_its_uri_once(seaweed: Any) -> None:
     got = fastshard.load_state_dict(prefix, rank=1, world_size=2, **seaweed.opts())
     assert Location.parsed_from_python() - before == 1
     assert torch.equal(got["w"], sources[1]["w"]) and got["rank"].item() == 1
+
+
+def parses(fn: Any) -> int:
+    before = Location.parsed_from_python()
+    fn()
+    return Location.parsed_from_python() - before
+
+
+def test_saves_and_opens_of_every_layout_parse_their_uri_once(tmp_path: Path) -> None:
+    """A per-rank save (its files and manifest), a packed save and open, and
+    an HF directory's open (its index and every shard) derive what they
+    read and write from the one parsed URI they were given."""
+    from safetensors.torch import save_file
+
+    sources = [{"w": torch.full((4, 3), float(r))} for r in range(2)]
+    (tmp_path / "sh").mkdir()
+    assert parses(lambda: fastshard.save_sharded(sources, f"{tmp_path}/sh/")) == 1
+    packed = tmp_path / "p.tensors"
+    assert parses(lambda: fastshard.save_sharded(sources, packed, packed=True)) == 1
+    got: dict[str, Any] = {}
+    assert parses(lambda: got.update(fastshard.load_state_dict(packed, rank=1, world_size=2))) == 1
+    assert torch.equal(got["w"], sources[1]["w"])
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    names = [f"model-0000{i}-of-00002.safetensors" for i in (1, 2)]
+    save_file({"a": torch.ones(2)}, str(hf / names[0]))
+    save_file({"b": torch.zeros(2)}, str(hf / names[1]))
+    index = {"weight_map": {"a": names[0], "b": names[1]}}
+    (hf / "model.safetensors.index.json").write_text(json.dumps(index))
+    got.clear()
+    assert parses(lambda: got.update(fastshard.load_state_dict(f"{hf}/"))) == 1
+    assert sorted(got) == ["a", "b"]

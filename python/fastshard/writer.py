@@ -8,9 +8,13 @@ from typing import Any, Unpack
 
 import torch
 
-from . import _native, _options, packed, shard
+from . import _native, _options
 from ._engine import tensors as _tensors
 from ._layouts import location as _location
+from ._layouts.manifest import is_template, rank_file, remove_stale_manifest, write_manifest
+from ._layouts.packed import prefixed
+from ._layouts.resolve import DEFAULT_FILE, DEFAULT_TEMPLATE
+from ._native import Location
 from ._options import SaveOptions
 from .errors import InvalidArgumentError
 
@@ -62,7 +66,7 @@ def _state_dict_specs(obj: Any, prefix: tuple[PathPart, ...] = ()) -> Iterator[_
 
 def save(
     state_dict_or_module: torch.nn.Module | Mapping[str, Any] | Sequence[Any],
-    uri: str | os.PathLike[str],
+    uri: str | os.PathLike[str] | Location,
     *,
     exact_index: bool | None = None,
     **opts: Unpack[SaveOptions],
@@ -100,7 +104,9 @@ def save(
     entries = _entries(state_dict_or_module)
     if not entries:
         raise InvalidArgumentError("nothing to save: no tensors (such a file cannot be read)")
-    return _write(os.fspath(uri), entries, exact_index, native_opts)[0]
+    return _write(
+        uri if isinstance(uri, Location) else os.fspath(uri), entries, exact_index, native_opts
+    )[0]
 
 
 def _entries(obj: torch.nn.Module | Mapping[str, Any] | Sequence[Any]) -> list[_Spec]:
@@ -110,7 +116,7 @@ def _entries(obj: torch.nn.Module | Mapping[str, Any] | Sequence[Any]) -> list[_
 
 
 def _write(
-    path: str,
+    path: str | Location,
     entries: list[_Spec],
     exact_index: bool | None,
     native_opts: dict[str, Any],
@@ -162,7 +168,7 @@ def _write(
 
 def save_sharded(
     state_dicts: Sequence[torch.nn.Module | Mapping[str, Any] | Sequence[Any]],
-    uri: str | os.PathLike[str],
+    uri: str | os.PathLike[str] | Location,
     *,
     exact_index: bool | None = None,
     packed: bool = False,
@@ -197,35 +203,40 @@ def save_sharded(
         )
     if not state_dicts:
         raise InvalidArgumentError("save_sharded needs at least one rank's state dict")
+    # Parsed once: the template, each rank's file and the manifest are
+    # derived from it.
+    loc = _location.parsed(uri)
     if packed:
-        return [_save_packed(state_dicts, os.fspath(uri), exact_index, opts)]
-    template = os.fspath(uri)
-    if _location.is_dir(template):
-        template = _location.child(template, shard.DEFAULT_TEMPLATE)
-    if not shard.is_template(template):
+        return [_save_packed(state_dicts, loc, exact_index, opts)]
+    if loc.is_dir:
+        loc = loc.child(DEFAULT_TEMPLATE)
+    template = _location.text(loc)
+    if not is_template(loc):
         raise InvalidArgumentError(
             f"{template!r} is not a per-rank template: use e.g. model-rank-%03d.tensors or "
             "model-{rank}.tensors, or a directory ending in '/'"
         )
-    uris = [shard.format_rank(template, rank) for rank in range(len(state_dicts))]
+    files = [rank_file(loc, rank) for rank in range(len(state_dicts))]
+    uris = [_location.text(f) for f in files]
     if len(set(uris)) != len(uris):  # e.g. a "%%d" that is no rank spec
         raise InvalidArgumentError(f"{template!r} gives the same name to several ranks")
     native_opts = _options.save_settings(opts)
-    shard.remove_stale_manifest(template, _options.without_key(native_opts))
+    remove_stale_manifest(loc, _options.without_key(native_opts))
     # An uploaded file's hash is taken natively as it streams out (reading it
     # back would download it); a local file's from disk afterwards, which
     # measured cheaper here (OpenSSL's SHA-256 is ~2x the sha2 crate's).
-    remote = not _location.is_local(template)
+    remote = loc.path is None
     written = []
-    for state, target in zip(state_dicts, uris, strict=True):
+    for state, target in zip(state_dicts, files, strict=True):
         entries = _entries(state)
         if not entries:
             raise InvalidArgumentError(
-                f"nothing to save for {target}: no tensors (such a file cannot be read)"
+                f"nothing to save for {_location.text(target)}: no tensors "
+                "(such a file cannot be read)"
             )
         written.append(_write(target, entries, exact_index, native_opts, sha256=remote))
-    shard.write_manifest(
-        template,
+    write_manifest(
+        loc,
         [size for size, _ in written],
         __version__,
         sha256s=[digest for _, digest in written],
@@ -236,15 +247,16 @@ def save_sharded(
 
 def _save_packed(
     state_dicts: Sequence[torch.nn.Module | Mapping[str, Any] | Sequence[Any]],
-    uri: str,
+    loc: Location,
     exact_index: bool | None,
     opts: SaveOptions,
 ) -> str:
     native_opts = _options.save_settings(opts)
-    directory = _location.is_dir(uri)
+    directory = loc.is_dir
     if directory:
-        uri = _location.child(uri, shard.DEFAULT_FILE)
-    elif shard.is_template(uri):
+        loc = loc.child(DEFAULT_FILE)
+    uri = _location.text(loc)
+    if not directory and is_template(loc):
         raise InvalidArgumentError(
             f"{uri!r} is a per-rank template, but packed=True writes one object: "
             "give its file name (or a directory ending in '/')"
@@ -257,8 +269,8 @@ def _save_packed(
             # object would read back with a smaller world size.
             raise InvalidArgumentError(f"packed=True: rank {rank}'s state dict has no tensors")
         for name, ttype, idx, tensor in own:
-            entries.append((packed.prefixed(rank, name, uri=uri), ttype, idx, tensor))
+            entries.append((prefixed(rank, name, uri=uri), ttype, idx, tensor))
     if directory:
-        shard.remove_stale_manifest(uri, _options.without_key(native_opts))
-    _write(uri, entries, exact_index, native_opts)
+        remove_stale_manifest(loc, _options.without_key(native_opts))
+    _write(loc, entries, exact_index, native_opts)
     return uri

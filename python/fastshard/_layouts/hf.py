@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _native
+from .._native import Location
 from ..errors import FormatError, NotFoundError
 from . import location as _location
 from .location import display as _shown
@@ -42,15 +43,25 @@ INDEX_MAX_BYTES = 64 << 20
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A sharded checkpoint: its index file and the shard files it names."""
+    """A sharded checkpoint: its index file and the shard files it names,
+    derived from the index's parsed location (a shard is never parsed)."""
 
-    index: str  # where the index was read from (its URI as given)
-    files: tuple[str, ...]  # the shards, sorted by name
+    location: Location  # where the index was read from
+    members: tuple[Location, ...]  # the shards, sorted by name
     weight_map: dict[str, str]  # tensor name → shard file name (relative)
 
     @property
+    def index(self) -> str:
+        """The index's URI as given."""
+        return _location.text(self.location)
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(m.head for m in self.members)
+
+    @property
     def shown(self) -> str:
-        return _shown(self.index)
+        return self.location.display
 
 
 def is_index(uri: _location.Uri) -> bool:
@@ -90,8 +101,7 @@ def read_index(location: _location.Uri, source_opts: dict[str, Any]) -> Checkpoi
     names = sorted({_shard_name(n, shown) for n in weight_map.values()})
     if not names:
         raise FormatError(f"{shown}: the weight_map names no shard files", uri=shown)
-    files = tuple(_location.sibling(loc, n) for n in names)
-    return Checkpoint(_location.text(loc), files, dict(weight_map))
+    return Checkpoint(loc, tuple(loc.sibling(n) for n in names), dict(weight_map))
 
 
 def open_reader(
@@ -99,7 +109,7 @@ def open_reader(
 ) -> tuple[_native.Reader, Checkpoint | None]:
     """The native reader of what ``resolve`` found: one file, or the
     files of the HF checkpoint a directory (or index URI) holds."""
-    loc = resolved.file
+    loc = resolved.location
     if resolved.rank is None and is_index(loc):
         ckpt = read_index(loc, source_opts)
         if ckpt is None:
@@ -111,7 +121,7 @@ def open_reader(
         if resolved.directory is None:
             raise name_rank(e, resolved) from e
         missing = e
-    directory = resolved.dir_location or _native.Location(resolved.directory)
+    directory = resolved.directory
     ckpt = read_index(directory.child(INDEX_NAME), source_opts)
     if ckpt is not None:
         return _open_checkpoint(ckpt, source_opts), ckpt
@@ -127,9 +137,11 @@ def open_reader(
 
 
 def _open_checkpoint(ckpt: Checkpoint, source_opts: dict[str, Any]) -> _native.Reader:
-    directory = _location.directory(ckpt.index)
+    # The set is named by the index's folder (a URL's query signs the index,
+    # not the folder).
+    directory = ckpt.location.sibling("")
     try:
-        reader = _native.Reader(directory, members=list(ckpt.files), **source_opts)
+        reader = _native.Reader(directory, members=list(ckpt.members), **source_opts)
     except NotFoundError as e:
         raise NotFoundError(
             f"{ckpt.shown} names shard {e.uri or '?'}, which is not there ({e})",
@@ -146,10 +158,12 @@ def check_weight_map(ckpt: Checkpoint, reader: _native.Reader) -> None:
     for uri, _size, count in reader.members():
         for _ in range(count):
             holder[next(entries)[0]] = uri
+    # Each named shard as the reader shows it, derived once per file.
+    named = {f: ckpt.location.sibling(f).display for f in set(ckpt.weight_map.values())}
     wrong = [
         (tensor, holder.get(tensor))
         for tensor, file in ckpt.weight_map.items()
-        if _shown(_location.sibling(ckpt.index, file)) != holder.get(tensor)
+        if named[file] != holder.get(tensor)
     ]
     if wrong:
         shown = ", ".join(f"{t!r} (in {where or 'no shard'})" for t, where in wrong[:10])

@@ -5,9 +5,9 @@ scheme classified, once, for Python and Rust alike.
 A URI is a local path (or ``file://path``), ``s3://bucket/key``,
 ``gs://bucket/key``, or an ``http(s)://`` URL. Only a URL has a query string (a presigned URL's
 signature, a credential); in a local path or an S3 key ``?`` is an ordinary
-character. An unknown scheme is an ``UnsupportedError``. What is built from
-the parts here (folders, children, siblings) is string work on the
-``head`` the native type returns; templates, manifests and directory
+character. An unknown scheme is an ``UnsupportedError``. Children and
+siblings are derived by the native type (``Location.child``, ``.sibling``,
+``.renamed``), never joined here; templates, manifests and directory
 layouts are policy above this (resolve.py).
 
 Every question takes a ``Location`` as well as a string: an open parses its
@@ -16,6 +16,7 @@ URI once (``parsed``) and asks the parsed form from there on.
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 from .._native import Location
@@ -25,7 +26,7 @@ Kind = Literal["file", "s3", "gs", "http"]
 Uri = str | Location
 
 
-def parsed(uri: Uri) -> Location:
+def parsed(uri: Uri | os.PathLike[str]) -> Location:
     """``uri`` parsed, or as it is when it was parsed already."""
     return uri if isinstance(uri, Location) else Location(uri)
 
@@ -103,8 +104,7 @@ def sibling(uri: Uri, other: str) -> str:
 def child(uri: Uri, other: str) -> str:
     """``other`` inside the directory or prefix ``uri`` (which may lack its
     trailing ``/``); a URL keeps its query string."""
-    h, q = split(uri)
-    return (h if h.endswith("/") else h + "/") + other + q
+    return text(parsed(uri).child(other))
 
 
 def as_directory(uri: str) -> str:

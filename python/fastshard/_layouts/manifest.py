@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _native
+from .._native import Location
 from ..errors import AuthError, InvalidArgumentError, ShardMismatchError
 from . import location as _location
 from .location import Uri
@@ -60,6 +61,17 @@ def format_rank(template: Uri, rank: int) -> str:
     return formatted(head, rank) + query
 
 
+def rank_file(template: Location, rank: int) -> Location:
+    """``template``'s file for ``rank``, derived from the parsed template
+    when the rank spec is in its name (the usual case), else parsed anew:
+    a spec in a folder's name changes more than the last component."""
+    head = template.head
+    cut = head.rfind("/") + 1
+    if has_spec(head[:cut]):
+        return Location(format_rank(template, rank))
+    return template.renamed(formatted(head[cut:], rank))
+
+
 def sha256_file(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -86,7 +98,11 @@ class Manifest:
 
 
 def manifest_location(template_or_dir: Uri) -> str:
-    return _location.sibling(template_or_dir, MANIFEST_NAME)
+    return _location.text(_beside(template_or_dir))
+
+
+def _beside(template: Uri) -> Location:
+    return _location.parsed(template).sibling(MANIFEST_NAME)
 
 
 def read_manifest(location: Uri, source_opts: dict[str, Any] | None = None) -> Manifest | None:
@@ -123,7 +139,7 @@ def read_manifest(location: Uri, source_opts: dict[str, Any] | None = None) -> M
 
 
 def write_manifest(
-    template: str,
+    template: Uri,
     sizes: list[int],
     version: str,
     *,
@@ -133,23 +149,24 @@ def write_manifest(
     """Write the manifest of a sharded set just saved at ``template`` (local,
     s3:// or gs://); returns its location. ``sizes`` and ``sha256s`` are what the
     save wrote (a local file's hash is taken from disk when not given)."""
-    location = manifest_location(template)
+    loc = _location.parsed(template)
     files = []
     for rank, size in enumerate(sizes):
-        name = format_rank(template, rank)
+        file = rank_file(loc, rank)
         digest = sha256s[rank] if sha256s is not None else None
-        file_path = _location.local_path(name)
-        if file_path is not None:
-            actual = os.path.getsize(file_path)
+        if file.path is not None:
+            actual = os.path.getsize(file.path)
             if actual != size:  # someone wrote over it between save and now
-                raise ShardMismatchError(f"{name}: {actual} bytes on disk, save wrote {size}")
-            digest = digest or sha256_file(file_path)
-        files.append({"rank": rank, "name": _location.name(name), "size": size, "sha256": digest})
+                raise ShardMismatchError(
+                    f"{_location.text(file)}: {actual} bytes on disk, save wrote {size}"
+                )
+            digest = digest or sha256_file(file.path)
+        files.append({"rank": rank, "name": _location.name(file), "size": size, "sha256": digest})
     doc = {
         "format": MANIFEST_FORMAT,
         "version": MANIFEST_VERSION,
         "world_size": len(sizes),
-        "template": _location.name(template),
+        "template": _location.name(loc),
         "files": files,
         "created": {
             "by": f"fastshard {version}",
@@ -158,11 +175,12 @@ def write_manifest(
     }
     # Whole or not at all: a local file is renamed into place, S3 gets one PUT.
     data = (json.dumps(doc, indent=1) + "\n").encode()
-    _native.write_object(location, data, **(source_opts or {}))
-    return location
+    where = _beside(loc)
+    _native.write_object(where, data, **(source_opts or {}))
+    return _location.text(where)
 
 
-def remove_stale_manifest(template: str, source_opts: dict[str, Any] | None = None) -> None:
+def remove_stale_manifest(template: Uri, source_opts: dict[str, Any] | None = None) -> None:
     """Before a save: a crash half way must leave no manifest rather than
     one that describes the previous set."""
-    _native.delete_object(manifest_location(template), **(source_opts or {}))
+    _native.delete_object(_beside(template), **(source_opts or {}))

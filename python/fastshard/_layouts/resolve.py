@@ -27,10 +27,8 @@ from .location import display as _shown
 from .manifest import (
     MANIFEST_NAME,
     Manifest,
-    format_rank,
-    formatted,
-    has_spec,
     is_template,
+    rank_file,
     read_manifest,
     sha256_file,
 )
@@ -57,23 +55,22 @@ def check_rank_args(rank: Any, world_size: Any) -> None:
 
 @dataclass(frozen=True)
 class Resolved:
-    uri: str  # the one file to open
+    # The one file to open, derived from the URI given (parsed once): what
+    # the open hands on, so that no layer below parses it again.
+    location: Location
     rank: int | None  # None: a single (unsharded) file
     world_size: int | None  # asked for, or the manifest's
     template: str | None
     packed: bool = False  # one packed object holding every rank (packed.py)
     manifest: Manifest | None = None  # the one this rank's file was checked against
-    # A directory without a manifest: ``uri`` is its DEFAULT_FILE, and where
-    # that is missing the directory may hold an HF checkpoint (_layouts/hf.py).
-    directory: str | None = None
-    # ``uri`` and ``directory`` parsed: what the open hands on, so that the
-    # URI given is parsed once (None: built by hand, parsed when asked).
-    location: Location | None = None
-    dir_location: Location | None = None
+    # A directory without a manifest: ``location`` is its DEFAULT_FILE, and
+    # where that is missing the directory may hold an HF checkpoint (hf.py).
+    directory: Location | None = None
 
     @property
-    def file(self) -> Location:
-        return self.location if self.location is not None else Location(self.uri)
+    def uri(self) -> str:
+        """The file's URI as given (a URL's query string included)."""
+        return _location.text(self.location)
 
 
 def _manifest_beside(
@@ -87,16 +84,6 @@ def _manifest_beside(
         return None
     where = loc.child(MANIFEST_NAME) if inside else loc.sibling(MANIFEST_NAME)
     return read_manifest(where, source_opts)
-
-
-def _rank_file(template: Location, rank: int) -> Location:
-    """``template``'s file for ``rank``, derived from the parsed template
-    when the rank spec is in its name (the usual case), else parsed anew."""
-    head = template.head
-    cut = head.rfind("/") + 1
-    if has_spec(head[:cut]):
-        return Location(format_rank(template, rank))
-    return template.renamed(formatted(head[cut:], rank))
 
 
 def resolve(
@@ -134,15 +121,7 @@ def resolve(
             )
         # Whether rank and world_size fit a single file depends on its index
         # (a packed object holds every rank): checked after open (packed.view).
-        return Resolved(
-            uri,
-            None,
-            world_size,
-            None,
-            directory=_location.text(directory) if directory is not None else None,
-            location=loc,
-            dir_location=directory,
-        )
+        return Resolved(loc, None, world_size, None, directory=directory)
     if rank is None:
         raise InvalidArgumentError(
             f"{_shown(uri)} is a per-rank template: pass rank= (and world_size=)"
@@ -172,15 +151,14 @@ def resolve(
             f"{_shown(uri)}: rank {rank} does not exist: {where} so ranks are 0..{world_size - 1}",
             uri=_shown(uri),
         )
-    file_loc = _rank_file(loc, rank)
-    file_uri = _location.text(file_loc)
+    file_loc = rank_file(loc, rank)
     if manifest is not None:
         _check_file(manifest, file_loc, rank, verify_hashes)
     elif verify_hashes:
         raise InvalidArgumentError(
             f"verify_manifest_hashes=True but there is no {MANIFEST_NAME} beside {uri}"
         )
-    return Resolved(file_uri, rank, world_size, uri, manifest=manifest, location=file_loc)
+    return Resolved(file_loc, rank, world_size, uri, manifest=manifest)
 
 
 def check_single(uri: str, rank: int | None, world_size: int | None) -> None:
@@ -214,7 +192,7 @@ def _check_file(manifest: Manifest, file_loc: Location, rank: int, verify_hashes
             f"rank {rank}: {file_uri} not found, though {manifest.describe()} lists it",
             uri=file_uri,
         )
-    _check_size(manifest, file_uri, rank, os.path.getsize(path))
+    _check_size(manifest, file_loc, rank, os.path.getsize(path))
     if verify_hashes:
         digest = sha256_file(path)
         if digest != entry.get("sha256"):
@@ -225,13 +203,13 @@ def _check_file(manifest: Manifest, file_loc: Location, rank: int, verify_hashes
             )
 
 
-def _check_size(manifest: Manifest, file_uri: str, rank: int, size: int) -> None:
+def _check_size(manifest: Manifest, file: Location, rank: int, size: int) -> None:
     expected = manifest.files[rank].get("size")
     if size != expected:
         raise ShardMismatchError(
-            f"rank {rank}: {_shown(file_uri)} is {size} bytes, {manifest.describe()} says "
+            f"rank {rank}: {file.display} is {size} bytes, {manifest.describe()} says "
             f"{expected}; the file changed or belongs to another save",
-            uri=_shown(file_uri),
+            uri=file.display,
         )
 
 
@@ -239,7 +217,7 @@ def check_size(resolved: Resolved, file_size: int) -> None:
     """After the native open: the opened file's size against the manifest
     (local files were checked before the open, remote ones only now)."""
     if resolved.manifest is not None and resolved.rank is not None:
-        _check_size(resolved.manifest, resolved.uri, resolved.rank, file_size)
+        _check_size(resolved.manifest, resolved.location, resolved.rank, file_size)
 
 
 def name_rank(err: FastshardError, resolved: Resolved) -> FastshardError:
@@ -248,7 +226,7 @@ def name_rank(err: FastshardError, resolved: Resolved) -> FastshardError:
     if resolved.rank is None or not isinstance(err, NotFoundError):
         return err
     listed = f", though {resolved.manifest.describe()} lists it" if resolved.manifest else ""
-    shown = _shown(resolved.uri)
+    shown = resolved.location.display
     return NotFoundError(
         f"rank {resolved.rank} of template {_shown(resolved.template or '')}: {shown} "
         f"not found{listed} ({err})",

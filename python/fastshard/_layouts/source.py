@@ -13,6 +13,7 @@ from typing import Any
 
 from .._native import Location, Reader
 from . import hf
+from . import location as _location
 from .resolve import Resolved, resolve
 
 
@@ -34,7 +35,12 @@ def open_source(
     """Open what ``uri`` names for ``rank`` of ``world_size``: a template or
     directory becomes this rank's file, checked against the manifest before
     the native open (resolve.py); a directory may hold an HF checkpoint."""
-    loc = uri if isinstance(uri, Location) else Location(os.fspath(uri))
-    resolved = resolve(loc, rank, world_size, verify_hashes=verify_hashes, source_opts=source_opts)
+    resolved = resolve(
+        _location.parsed(uri),
+        rank,
+        world_size,
+        verify_hashes=verify_hashes,
+        source_opts=source_opts,
+    )
     reader, checkpoint = hf.open_reader(resolved, source_opts)
     return Source(resolved, reader, checkpoint)
