@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, Union
 
+from . import _versioned as versioned
 from ._budget import Budget
 from ._layouts import location
 from ._layouts.source import Source, open_source
@@ -70,6 +71,7 @@ __all__ = [
     "save_settings",
     "slice_of",
     "source_options",
+    "versioned",
     "write_object",
 ]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import json
 import logging
 import os
 import re
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _native
+from .. import _versioned as versioned
 from .._native import Location
 from ..errors import AuthError, InvalidArgumentError, ShardMismatchError
 from . import location as _location
@@ -127,9 +127,7 @@ def read_manifest(location: Uri, source_opts: dict[str, Any] | None = None) -> M
     if data is None:
         return None
     try:
-        raw = json.loads(data)
-        if raw.get("format") != MANIFEST_FORMAT or raw.get("version") != MANIFEST_VERSION:
-            raise ValueError(f"format {raw.get('format')!r} version {raw.get('version')!r}")
+        raw = versioned.loads(data, MANIFEST_FORMAT, MANIFEST_VERSION)
         files = {int(e["rank"]): dict(e) for e in raw["files"]}
         return Manifest(
             shown, int(raw["world_size"]), str(raw["template"]), files, dict(raw.get("created", {}))
@@ -162,9 +160,7 @@ def write_manifest(
                 )
             digest = digest or sha256_file(file.path)
         files.append({"rank": rank, "name": _location.name(file), "size": size, "sha256": digest})
-    doc = {
-        "format": MANIFEST_FORMAT,
-        "version": MANIFEST_VERSION,
+    fields = {
         "world_size": len(sizes),
         "template": _location.name(loc),
         "files": files,
@@ -174,7 +170,7 @@ def write_manifest(
         },
     }
     # Whole or not at all: a local file is renamed into place, S3 gets one PUT.
-    data = (json.dumps(doc, indent=1) + "\n").encode()
+    data = versioned.dumps(MANIFEST_FORMAT, MANIFEST_VERSION, fields)
     where = _beside(loc)
     _native.write_object(where, data, **(source_opts or {}))
     return _location.text(where)

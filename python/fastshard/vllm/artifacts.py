@@ -18,7 +18,6 @@ from __future__ import annotations
 import fcntl
 import fnmatch
 import hashlib
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -99,8 +98,8 @@ def copy_artifacts(source: Path, dest_dir: str, opts: dict[str, Any]) -> list[st
         data = (source / name).read_bytes()
         _core.write_object(dest_dir + name, data, **opts)
         files.append({"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-    index = {"format": INDEX_FORMAT, "version": INDEX_VERSION, "files": files}
-    _core.write_object(dest_dir + INDEX_NAME, (json.dumps(index, indent=1) + "\n").encode(), **opts)
+    index = _core.versioned.dumps(INDEX_FORMAT, INDEX_VERSION, {"files": files})
+    _core.write_object(dest_dir + INDEX_NAME, index, **opts)
     return names
 
 
@@ -159,9 +158,7 @@ def _read_index(prefix: str, opts: dict[str, Any]) -> list[tuple[str, int, str]]
     if raw is None:
         return None
     try:
-        index = json.loads(raw)
-        if index.get("format") != INDEX_FORMAT or index.get("version") != INDEX_VERSION:
-            raise ValueError(f"format {index.get('format')!r} version {index.get('version')!r}")
+        index = _core.versioned.loads(raw, INDEX_FORMAT, INDEX_VERSION)
         entries = [(e["name"], int(e["size"]), str(e["sha256"])) for e in index["files"]]
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise InvalidArgumentError(f"unreadable {prefix}{INDEX_NAME}: {e}") from e
