@@ -243,13 +243,13 @@ impl Location {
 
     /// `name` in the same directory, without this location's query string.
     pub fn sibling(&self, name: &str) -> Result<Location> {
-        self.extended(&self.dir(), name, "")
+        Location::joined(&self.dir(), name, "")
     }
 
     /// `name` in place of the last path component; unlike `sibling`, a URL
     /// keeps its query string (a per-rank template's file is signed alike).
     pub fn renamed(&self, name: &str) -> Result<Location> {
-        self.extended(&self.dir(), name, self.query())
+        Location::joined(&self.dir(), name, self.query())
     }
 
     /// `name` inside this directory or prefix (a "/" added when the head
@@ -257,35 +257,15 @@ impl Location {
     pub fn child(&self, name: &str) -> Result<Location> {
         let head = self.head();
         let slash = if head.ends_with('/') { "" } else { "/" };
-        self.extended(&format!("{head}{slash}"), name, self.query())
+        Location::joined(&format!("{head}{slash}"), name, self.query())
     }
 
-    /// `{head}{name}{query}` as `parse` reads it, where `head` starts as this
-    /// location's head does, through its scheme and bucket (its `dir`, or
-    /// its head with a "/"): the kind, the path's start and the bucket stay
-    /// this location's, and only a URL's query and shown form, which the
-    /// name may move, are found again. `name` is taken as given, "/" and all.
-    fn extended(&self, head: &str, name: &str, query: &str) -> Result<Location> {
-        let uri = format!("{head}{name}{query}");
-        let rest = match scheme(&self.uri) {
-            Some((_, rest)) => rest,
-            // A plain path that the name makes read as a URI ("c:" and
-            // "/x"): that URI, as the text says.
-            None if scheme(&uri).is_some() => return Location::parse(&uri),
-            None => 0,
-        };
-        let (head_len, display) = match self.kind {
-            Kind::Http => (query_start(&uri, rest), redact_url(&uri, rest)),
-            Kind::File | Kind::S3 | Kind::Gcs => (uri.len(), uri.clone()),
-        };
-        Ok(Location {
-            uri,
-            kind: self.kind,
-            display,
-            head_len,
-            path_start: self.path_start,
-            bucket: self.bucket.clone(),
-        })
+    /// `{head}{name}{query}` parsed: the joined text is a new URI, read by the
+    /// one parser so that a derived location can never differ from the same
+    /// text given by hand (a name may hold "?" or "/", or turn a plain path
+    /// into a URI).
+    fn joined(head: &str, name: &str, query: &str) -> Result<Location> {
+        Location::parse(&format!("{head}{name}{query}"))
     }
 }
 
