@@ -100,6 +100,37 @@ def test_serialize_through_a_worker_extension(monkeypatch, tmp_path: Path):
         assert ".vllm_tensorized_marker" in f.keys()
 
 
+def test_serialize_parses_its_uri_once_and_once_per_worker(monkeypatch, tmp_path: Path):
+    # The driver parses the directory once and hands the parsed template on
+    # (manifest, stale-manifest removal); each worker, another process in
+    # vLLM, parses the template's text once; the artifacts' folder once.
+    from fastshard._native import Location
+    from fastshard.vllm.serialize import serialize
+
+    refs = [rank_model(hf_state_dict(seed=5), r, 2) for r in range(2)]
+    llm = _FakeLLM(monkeypatch, refs, _model_dir_with_artifacts(tmp_path))
+    for artifacts, parses in ((False, 1 + 2), (True, 1 + 2 + 1)):
+        out = tmp_path / f"out-{artifacts}"
+        before = Location.parsed_from_python()
+        serialize(llm, f"{out}/", artifacts=artifacts)
+        assert Location.parsed_from_python() - before == parses, artifacts
+        assert (out / "model-rank-001.tensors").is_file()
+
+
+def test_serialize_refuses_a_single_file_without_showing_its_query(tmp_path: Path):
+    from fastshard.errors import InvalidArgumentError
+    from fastshard.vllm.serialize import serialize
+
+    for uri, shown in (
+        (str(tmp_path / "m.tensors"), str(tmp_path / "m.tensors")),
+        ("https://h/m.tensors?X-Amz-Signature=s3cr3t", "https://h/m.tensors?…"),
+    ):
+        with pytest.raises(InvalidArgumentError) as e:
+            serialize(None, uri)
+        assert f"{shown!r} is neither a directory nor a per-rank template" in str(e.value)
+        assert "s3cr3t" not in str(e.value)
+
+
 @pytest.mark.s3
 def test_serialize_to_s3_and_serve(monkeypatch, tmp_path: Path, seaweed, capsys):
     uri = f"s3://{seaweed.bucket}/vllm-serialized/"

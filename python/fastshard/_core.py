@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, Union
 from . import _versioned as versioned
 from ._budget import Budget
 from ._layouts import location
+from ._layouts.manifest import rank_file
 from ._layouts.source import Source, open_source
 from ._native import SOURCE_OPTIONS, Location, Reader, read_object, write_object
 from ._options import (
@@ -67,6 +68,7 @@ __all__ = [
     "location",
     "open_settings",
     "open_source",
+    "rank_file",
     "read_object",
     "save_settings",
     "slice_of",

@@ -92,14 +92,15 @@ def copy_artifacts(source: Path, dest_dir: str, opts: dict[str, Any]) -> list[st
     """Copy the artifacts at the top of ``source`` into ``dest_dir`` (a local
     directory or a prefix fastshard can write to, ending in "/") and write the index
     listing them; returns their names."""
+    dest = _location.parsed(dest_dir)
     names = artifact_names([p.name for p in source.iterdir() if p.is_file()])
     files = []
     for name in names:
         data = (source / name).read_bytes()
-        _core.write_object(dest_dir + name, data, **opts)
+        _core.write_object(dest.child(name), data, **opts)
         files.append({"name": name, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
     index = _core.versioned.dumps(INDEX_FORMAT, INDEX_VERSION, {"files": files})
-    _core.write_object(dest_dir + INDEX_NAME, index, **opts)
+    _core.write_object(dest.child(INDEX_NAME), index, **opts)
     return names
 
 

@@ -22,7 +22,7 @@ from typing import Any, Unpack
 import torch
 
 from .. import __version__, shard, writer
-from .._core import StoreOptions, save_settings, source_options
+from .._core import Location, StoreOptions, rank_file, save_settings, source_options
 from .._core import location as _location
 from ..errors import InvalidArgumentError
 from . import ranks as _ranks
@@ -34,18 +34,20 @@ from .names import CHECKPOINT_MARKER, MARKER, SAVE_METHOD, WORKER_EXTENSION
 log = logging.getLogger("fastshard")
 
 
-def _template(uri: str) -> str:
-    """The per-rank template for ``uri``; a local directory is created."""
-    if _location.is_dir(uri):
-        uri = _location.child(uri, shard.DEFAULT_TEMPLATE)
-    if not shard.is_template(uri):
+def _template(uri: str) -> Location:
+    """The per-rank template for ``uri``, parsed once and handed on parsed; a
+    local directory is created."""
+    loc = _location.parsed(uri)
+    if loc.is_dir:
+        loc = loc.child(shard.DEFAULT_TEMPLATE)
+    if not shard.is_template(loc):
         raise InvalidArgumentError(
-            f"{uri!r} is neither a directory nor a per-rank template (model-rank-%03d.tensors)"
+            f"{loc.display!r} is neither a directory nor a per-rank template "
+            "(model-rank-%03d.tensors)"
         )
-    path = _location.local_path(uri)
-    if path is not None and os.path.dirname(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    return uri
+    if loc.path is not None and os.path.dirname(loc.path):
+        os.makedirs(os.path.dirname(loc.path), exist_ok=True)
+    return loc
 
 
 def save_rank(
@@ -64,8 +66,7 @@ def save_rank(
     (no ``CHECKPOINT_MARKER``)."""
     check_loadable(model)
     ranks = _ranks.current()
-    template = _template(uri)
-    target = shard.format_rank(template, ranks.file_rank)
+    target = rank_file(_template(uri), ranks.file_rank)
     native: dict[str, Any] = dict(opts)
     if encryption_keyfile is not None:
         native["encryption"] = encryption_key(encryption_keyfile, opts)
@@ -84,7 +85,7 @@ def save_rank(
     return {
         "rank": ranks.file_rank,
         "world_size": ranks.file_count,
-        "uri": target,
+        "uri": _location.text(target),
         "size": size,
         "sha256": digest,
     }
@@ -123,7 +124,9 @@ def serialize(
     options: dict[str, Any] = dict(opts)
     if encryption_keyfile is not None:
         options["encryption_keyfile"] = encryption_keyfile
-    results = llm.collective_rpc(SAVE_METHOD, kwargs={"uri": template, "options": options})
+    # Workers are other processes: the template crosses as its text.
+    sent = {"uri": _location.text(template), "options": options}
+    results = llm.collective_rpc(SAVE_METHOD, kwargs=sent)
     by_rank = {r["rank"]: r for r in results}
     world = {r["world_size"] for r in results}
     if len(world) != 1 or sorted(by_rank) != list(range(next(iter(world)))):
