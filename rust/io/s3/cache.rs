@@ -20,7 +20,7 @@ use crate::fork::PerProcess;
 /// CA bundle and where the credentials come from. Secrets are only in
 /// `secrets`, a digest of the static keys and of the `AWS_*` variables
 /// the SDK's providers read, and never in the `Debug` form.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct StoreKey {
     endpoint: Option<String>,
     region: Option<String>,
@@ -29,7 +29,18 @@ pub struct StoreKey {
     ca_bundle: Option<PathBuf>,
     source: CredentialSource,
     access_key_id: Option<String>,
-    secrets: [u8; 32],
+    secrets: SecretsDigest,
+}
+
+/// A digest of secrets still tells a guess at a weak secret right or
+/// wrong, so it is compared and hashed but never shown.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct SecretsDigest([u8; 32]);
+
+impl std::fmt::Debug for SecretsDigest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<hidden>")
+    }
 }
 
 impl StoreKey {
@@ -63,22 +74,8 @@ impl StoreKey {
             ca_bundle: res.ca_bundle.clone(),
             source: res.source,
             access_key_id: res.keys.as_ref().map(|k| k.access_key_id.clone()),
-            secrets: h.finalize().into(),
+            secrets: SecretsDigest(h.finalize().into()),
         }
-    }
-}
-
-impl std::fmt::Debug for StoreKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("StoreKey")
-            .field("endpoint", &self.endpoint)
-            .field("region", &self.region)
-            .field("profile", &self.profile)
-            .field("force_path_style", &self.force_path_style)
-            .field("ca_bundle", &self.ca_bundle)
-            .field("source", &self.source)
-            .field("access_key_id", &self.access_key_id)
-            .finish_non_exhaustive()
     }
 }
 
@@ -177,5 +174,18 @@ mod tests {
             shown.contains("127.0.0.1:9") && shown.contains("id"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn debug_output_hides_the_secrets_digest() {
+        let s = store("http://127.0.0.1:9", "hunter2", &[]);
+        let digest = s.key.secrets.0;
+        let shown = format!("{s:?}");
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        assert!(
+            !shown.contains(&format!("{digest:?}")) && !shown.contains(&hex[..8]),
+            "{shown}"
+        );
+        assert!(shown.contains("secrets: <hidden>"), "{shown}");
     }
 }
