@@ -18,9 +18,9 @@ GET with a non-matching ETag is served (200), so a replaced object shows
 only through the ETag of the response (fastshard's ObjectChangedError says
 "the store ignored the condition"); CreateMultipartUpload answers with the
 root element <InitiateMultipartUpload>, not AWS's
-<InitiateMultipartUploadResult>: boto3 does not mind, but the AWS SDK for
-Rust (fastshard's client) refuses it, so fastshard.save cannot write an
-object of more than one upload part here (``sdk_multipart_uploads``);
+<InitiateMultipartUploadResult>: boto3 does not mind, the AWS SDK for Rust
+(fastshard's client) refuses it, and fastshard renames the root before the
+SDK reads it (rust/io/s3/quirks.rs);
 CompleteMultipartUpload answers AWS's ETag (MD5 of the part MD5s, "-<parts>")
 but HEAD and GET then give the MD5 of the whole object; a presigned URL
 (query-string SigV4) works; anonymous requests get 400 UnsupportedAlgorithm,
@@ -49,11 +49,6 @@ class RcloneS3(S3Store):
     secret_key: str = SECRET_KEY
     bucket: str = BUCKET
     public_bucket: str = PUBLIC_BUCKET
-    # CreateMultipartUpload answers <InitiateMultipartUpload>, not AWS's
-    # <InitiateMultipartUploadResult>: the Rust SDK fails ("expected
-    # InitiateMultipartUploadResult"), boto3 (whose parser ignores the root
-    # element's name) does not.
-    sdk_multipart_uploads = False
 
     @property
     def log(self) -> Path:

@@ -25,10 +25,6 @@ class S3Store:
     bucket: str
     # Whether a presigned URL (query-string SigV4, tensorizer's S3 path) works.
     presigned_urls: bool = True
-    # Whether fastshard's S3 client (the AWS SDK for Rust, which reads the
-    # XML of CreateMultipartUpload's answer strictly) can start a multipart
-    # upload on it: fastshard.save of an object over one 64 MiB part.
-    sdk_multipart_uploads: bool = True
 
     @property
     def endpoint(self) -> str:

@@ -9,6 +9,7 @@ pub mod config;
 mod direct;
 mod errors;
 mod object;
+mod quirks;
 mod store;
 mod upload;
 

@@ -13,7 +13,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::object::put_body;
-use super::{errors, target, S3Client, S3Store};
+use super::{errors, quirks, target, S3Client, S3Store};
 use crate::cancel::CancelToken;
 use crate::error::{Error, ErrorKind, Result};
 use crate::io::retry::retrying;
@@ -73,7 +73,9 @@ impl S3Upload {
                 .client
                 .create_multipart_upload()
                 .bucket(&self.bucket)
-                .key(&self.key);
+                .key(&self.key)
+                .customize()
+                .interceptor(quirks::UploadRootRenamed);
             errors::sent(req.send(), c)
         })
         .await?;
