@@ -7,6 +7,7 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 
 use super::client::S3Client;
 use super::config::CredentialSource;
+use super::quirks;
 use crate::error::{Error, ErrorKind};
 
 /// Awaits an SDK request sent by `c`, its error mapped by [`map`].
@@ -91,10 +92,17 @@ where
             let code = se.err().code().unwrap_or("");
             // Some stores answer in a shape the SDK cannot parse (another
             // XML root, an empty body): the error then has no code and no
-            // message, and only the SDK's own chain says what went wrong.
+            // message. The root element the answer has says it in words
+            // (the SDK's own chain shows it in its Debug form); without
+            // one, only that chain says what went wrong.
             let detail = || match se.err().message() {
                 Some(m) if !m.trim().is_empty() => m.to_string(),
-                _ => causes(se.err()),
+                _ => match se.raw().body().bytes().and_then(quirks::root_element) {
+                    Some(root) => format!(
+                        "the answer is not this operation's XML: its root element is <{root}>"
+                    ),
+                    None => causes(se.err()),
+                },
             };
             return answered(se.raw().status().as_u16(), code, detail, creds);
         }
@@ -182,6 +190,24 @@ mod tests {
             !text.contains("{ ") && !text.contains("DispatchFailure"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn an_answer_of_another_root_is_told_by_its_root() {
+        let body = "<?xml version=\"1.0\"?>\n<InitiateUploadAnswer><UploadId>1</UploadId>\
+                    </InitiateUploadAnswer>";
+        let raw = HttpResponse::new(StatusCode::try_from(200).unwrap(), SdkBody::from(body));
+        let cause = std::io::Error::other("expected X but got StartEl { name: .. }");
+        let err = SdkError::service_error(CreateMultipartUploadError::unhandled(cause), raw);
+        let text = map(err, &client()).to_string();
+        assert!(
+            text.contains(
+                "HTTP 200: the answer is not this operation's XML: its root element is \
+                 <InitiateUploadAnswer>"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("{ "), "{text}");
     }
 
     #[test]

@@ -104,15 +104,11 @@ impl Body for Renaming {
 /// closing tag; `None` where the root is anything else (AWS's answer, an
 /// error document) or the text is not UTF-8.
 fn renamed_root(xml: &[u8]) -> Option<String> {
-    let text = std::str::from_utf8(xml).ok()?;
-    let start = root_name_start(text)?;
-    let rest = &text[start..];
-    let name_len = rest
-        .find(|c: char| c.is_whitespace() || c == '>' || c == '/')
-        .unwrap_or(rest.len());
-    if &rest[..name_len] != GIVEN {
+    if root_element(xml)? != GIVEN {
         return None;
     }
+    let text = std::str::from_utf8(xml).ok()?;
+    let start = root_name_start(text)?;
     let mut out = String::with_capacity(text.len() + 2 * (EXPECTED.len() - GIVEN.len()));
     out.push_str(&text[..start]);
     out.push_str(EXPECTED);
@@ -126,6 +122,16 @@ fn renamed_root(xml: &[u8]) -> Option<String> {
         None => out.push_str(&text[after_open..]),
     }
     Some(out)
+}
+
+/// The name of `xml`'s root element, where it has one.
+pub(super) fn root_element(xml: &[u8]) -> Option<&str> {
+    let text = std::str::from_utf8(xml).ok()?;
+    let rest = &text[root_name_start(text)?..];
+    let len = rest
+        .find(|c: char| c.is_whitespace() || c == '>' || c == '/')
+        .unwrap_or(rest.len());
+    (len > 0).then(|| &rest[..len])
 }
 
 /// Where the root element's name starts: past the XML declaration,
@@ -208,6 +214,16 @@ mod tests {
         ];
         for (given, expected) in cases {
             assert_eq!(renamed_root(given.as_bytes()).as_deref(), Some(expected));
+        }
+    }
+
+    #[test]
+    fn the_root_element_is_named() {
+        assert_eq!(root_element(RCLONE.as_bytes()), Some(GIVEN));
+        assert_eq!(root_element(b"<!-- x --><Error/>"), Some("Error"));
+        assert_eq!(root_element(b"<a\tb='1'>"), Some("a"));
+        for none in [&b""[..], b"text", b"< a>", b"<>", b"<?pi", b"\xff<a>"] {
+            assert_eq!(root_element(none), None);
         }
     }
 
