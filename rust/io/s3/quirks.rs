@@ -8,17 +8,15 @@
 //! could be saved there. The children are AWS's, so renaming the root is all
 //! it takes; any other answer passes untouched.
 
-use std::pin::Pin;
-use std::task::{ready, Context, Poll};
-
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::context::BeforeDeserializationInterceptorContextMut;
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::body::SdkBody;
 use aws_smithy_types::config_bag::ConfigBag;
-use bytes::{Bytes, BytesMut};
-use http_body::{Body, Frame};
+use bytes::Bytes;
+use http_body::Frame;
+use http_body_util::{BodyExt, StreamBody};
 
 /// The root element some stores answer CreateMultipartUpload with ...
 const GIVEN: &str = "InitiateMultipartUpload";
@@ -26,7 +24,7 @@ const GIVEN: &str = "InitiateMultipartUpload";
 const EXPECTED: &str = "InitiateMultipartUploadResult";
 
 /// For CreateMultipartUpload only (`customize().interceptor(..)`): a
-/// successful answer's body is read whole (a few hundred bytes; the SDK
+/// successful answer's body is gathered whole (a few hundred bytes; the SDK
 /// reads it whole anyway) and its root renamed where it is `GIVEN`.
 #[derive(Debug)]
 pub(super) struct UploadRootRenamed;
@@ -45,59 +43,21 @@ impl Intercept for UploadRootRenamed {
         let response = ctx.response_mut();
         if response.status().is_success() {
             let body = std::mem::replace(response.body_mut(), SdkBody::taken());
-            *response.body_mut() = SdkBody::from_body_1_x(Renaming::new(body));
+            *response.body_mut() = renaming(body);
         }
         Ok(())
     }
 }
 
-/// A body gathered whole, then given as one frame with its root renamed.
-struct Renaming {
-    inner: SdkBody,
-    seen: BytesMut,
-    done: bool,
-}
-
-impl Renaming {
-    fn new(inner: SdkBody) -> Self {
-        Renaming {
-            inner,
-            seen: BytesMut::new(),
-            done: false,
-        }
-    }
-}
-
-impl Body for Renaming {
-    type Data = Bytes;
-    type Error = aws_smithy_types::body::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        let this = self.get_mut();
-        if this.done {
-            return Poll::Ready(None);
-        }
-        loop {
-            match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
-                // Trailers carry nothing the SDK reads from this answer.
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        this.seen.extend_from_slice(&data);
-                    }
-                }
-                Some(Err(e)) => return Poll::Ready(Some(Err(e))),
-                None => {
-                    this.done = true;
-                    let whole = this.seen.split().freeze();
-                    let out = renamed_root(&whole).map_or(whole, Bytes::from);
-                    return Poll::Ready(Some(Ok(Frame::data(out))));
-                }
-            }
-        }
-    }
+/// `body` gathered whole (the hook cannot wait for it), then given as one
+/// frame with its root renamed.
+fn renaming(body: SdkBody) -> SdkBody {
+    let renamed = futures_util::stream::once(async move {
+        let whole = body.collect().await?.to_bytes();
+        let out = renamed_root(&whole).map_or(whole, Bytes::from);
+        Ok::<_, aws_smithy_types::body::Error>(Frame::data(out))
+    });
+    SdkBody::from_body_1_x(StreamBody::new(renamed))
 }
 
 /// `xml` with its root element `GIVEN` renamed `EXPECTED`, opening and
@@ -227,38 +187,18 @@ mod tests {
         }
     }
 
-    /// A body that gives `data` in frames of `step` bytes.
-    struct Chunked {
-        data: Bytes,
-        step: usize,
-    }
-
-    impl Body for Chunked {
-        type Data = Bytes;
-        type Error = std::convert::Infallible;
-
-        fn poll_frame(
-            self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-            let this = self.get_mut();
-            let n = this.step.min(this.data.len());
-            Poll::Ready((n > 0).then(|| Ok(Frame::data(this.data.split_to(n)))))
-        }
-    }
-
     #[test]
     fn the_body_is_gathered_and_renamed() {
-        let mut body = Renaming::new(SdkBody::from_body_1_x(Chunked {
-            data: Bytes::from_static(RCLONE.as_bytes()),
-            step: 7,
-        }));
-        let mut cx = Context::from_waker(std::task::Waker::noop());
-        let mut frames = Vec::new();
-        while let Poll::Ready(Some(frame)) = Pin::new(&mut body).poll_frame(&mut cx) {
-            frames.push(frame.unwrap().into_data().unwrap());
-        }
-        assert_eq!(frames, [RCLONE.replace(GIVEN, EXPECTED)]);
+        let frames = RCLONE
+            .as_bytes()
+            .chunks(7)
+            .map(|c| Ok::<_, std::convert::Infallible>(Frame::data(Bytes::copy_from_slice(c))));
+        let given = SdkBody::from_body_1_x(StreamBody::new(futures_util::stream::iter(frames)));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let got = rt.block_on(renaming(given).collect()).unwrap().to_bytes();
+        assert_eq!(got, RCLONE.replace(GIVEN, EXPECTED).as_bytes());
     }
 
     proptest! {
