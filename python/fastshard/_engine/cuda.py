@@ -13,25 +13,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..errors import DeviceError, StorageError
+from ..errors import StorageError
 
 if TYPE_CHECKING:
     from .places import ByteOp, ItemOp, Places
 
 _PORTABLE = 1  # cudaHostRegisterPortable: pinned for every CUDA context, as torch pins
-
-
-def check(device: torch.device) -> None:
-    """A CUDA device must exist before gigabytes are read for it."""
-    if device.type != "cuda":
-        return
-    if not torch.cuda.is_available():
-        raise DeviceError(f"device {str(device)!r} was requested but CUDA is not available here")
-    count = torch.cuda.device_count()
-    if device.index is not None and device.index >= count:
-        raise DeviceError(
-            f"device {str(device)!r} was requested but this machine has {count} CUDA device(s)"
-        )
 
 
 def pin(t: torch.Tensor) -> None:

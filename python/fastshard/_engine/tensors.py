@@ -15,8 +15,7 @@ import numpy as np
 import torch
 
 from .. import _native
-from ..errors import InvalidArgumentError, UnsupportedError
-from . import cuda as _cuda
+from ..errors import DeviceError, InvalidArgumentError, UnsupportedError
 
 DeviceLike = str | torch.device
 DtypeLike = str | torch.dtype
@@ -258,8 +257,21 @@ def as_device(device: DeviceLike | None) -> torch.device:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise InvalidArgumentError(f"invalid device {device!r}: {exc}") from None
-    _cuda.check(dev)  # before reading gigabytes, not at the first copy
+    _check_cuda(dev)  # before reading gigabytes, not at the first copy
     return dev
+
+
+def _check_cuda(device: torch.device) -> None:
+    """A CUDA device must exist before gigabytes are read for it."""
+    if device.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise DeviceError(f"device {str(device)!r} was requested but CUDA is not available here")
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise DeviceError(
+            f"device {str(device)!r} was requested but this machine has {count} CUDA device(s)"
+        )
 
 
 def copy(dst: torch.Tensor, src: torch.Tensor) -> None:
