@@ -239,6 +239,21 @@ pub fn sources<'a>(
     })
 }
 
+/// An error and its sources (`sources`), each said once, in words: for the
+/// S3 SDK's errors, the operation error's own chain, not the raw response
+/// (`DisplayErrorContext` of a whole `SdkError` prints its headers and body
+/// too, and the Debug form of the connector's error).
+pub fn causes(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for e in sources(err) {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    }
+    parts.join(": ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -145,3 +145,20 @@ pub unsafe fn export(
     }
     Ok(())
 }
+
+/// Destinations must not overlap (two views of one tensor, say): the reads
+/// behind them run in parallel.
+pub(super) fn check_disjoint(regions: &[(*mut u8, usize)]) -> Result<(), Error> {
+    let mut spans: Vec<(usize, usize)> = regions
+        .iter()
+        .filter(|(_, len)| *len > 0)
+        .map(|&(p, len)| (p as usize, len))
+        .collect();
+    spans.sort_unstable();
+    for w in spans.windows(2) {
+        if w[0].0 + w[0].1 > w[1].0 {
+            return Err(Error::invalid("destination buffers overlap"));
+        }
+    }
+    Ok(())
+}

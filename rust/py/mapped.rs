@@ -10,10 +10,9 @@ use std::sync::atomic::Ordering;
 
 use pyo3::prelude::*;
 
-use super::buffers::{export_whole, View};
+use super::buffers::{check_disjoint, export_whole, View};
 use super::errors::to_py;
 use super::progress::Progress;
-use super::reader::check_disjoint;
 use super::staging::{host_dests, HostSpec};
 use crate::error::Error;
 use crate::session::MappedFile;

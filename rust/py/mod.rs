@@ -12,6 +12,7 @@ mod progress;
 mod reader;
 mod slab;
 mod staging;
+mod stats;
 mod writer;
 
 use pyo3::prelude::*;

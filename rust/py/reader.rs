@@ -5,19 +5,20 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use super::buffers::{Held, Regions};
+use super::buffers::{check_disjoint, Held, Regions};
 use super::errors::to_py;
 use super::gil::run_blocking;
 use super::location::{location_arg, PyLocation};
 use super::mapped::Mapping;
 use super::options;
 use super::staging::Staging;
+use super::stats::stats_dict;
 use crate::cancel::CancelToken;
 use crate::error::Error;
 use crate::format::crypt::Decryptor;
 use crate::format::names::{PathPart, TensorName};
 use crate::plan::TensorSlice;
-use crate::session::{LoadOptions, LoadStats as NativeStats, StageItem, TensorFile};
+use crate::session::{LoadOptions, StageItem, TensorFile};
 use crate::stage::Target;
 use std::sync::Arc;
 
@@ -320,39 +321,4 @@ fn tensor_slices(slices: Vec<PySlice>) -> Vec<Option<TensorSlice>> {
     (slices.into_iter())
         .map(|s| s.map(|(dim, ranges)| TensorSlice { dim, ranges }))
         .collect()
-}
-
-/// A load's stats as the dict `LoadStats.of_native` reads.
-pub(super) fn stats_dict<'py>(
-    py: Python<'py>,
-    stats: &NativeStats,
-) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("bytes_fetched", stats.bytes_fetched)?;
-    d.set_item("bytes_wanted", stats.bytes_wanted)?;
-    d.set_item("requests", stats.requests)?;
-    d.set_item("retries", stats.retries)?;
-    d.set_item("seconds", stats.seconds)?;
-    d.set_item("concurrency", stats.concurrency)?;
-    d.set_item("peak_host_bytes", stats.peak_host_bytes)?;
-    d.set_item("bytes_from_cache", stats.bytes_from_cache)?;
-    d.set_item("adaptations", stats.adaptations.clone())?;
-    Ok(d)
-}
-
-/// Destinations must not overlap (two views of one tensor, say): the reads
-/// behind them run in parallel.
-pub(super) fn check_disjoint(regions: &[(*mut u8, usize)]) -> Result<(), Error> {
-    let mut spans: Vec<(usize, usize)> = regions
-        .iter()
-        .filter(|(_, len)| *len > 0)
-        .map(|&(p, len)| (p as usize, len))
-        .collect();
-    spans.sort_unstable();
-    for w in spans.windows(2) {
-        if w[0].0 + w[0].1 > w[1].0 {
-            return Err(Error::invalid("destination buffers overlap"));
-        }
-    }
-    Ok(())
 }

@@ -14,7 +14,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use super::buffers::{Held, Regions};
 use super::errors::to_py;
 use super::gil::run_blocking;
-use super::reader::stats_dict;
+use super::stats::stats_dict;
 use crate::cancel::CancelToken;
 use crate::error::Error;
 use crate::session::{LoadOptions, StagePlan, Staging as Running, TensorFile};

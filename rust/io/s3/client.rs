@@ -124,7 +124,7 @@ async fn aws_chain_credentials(res: &Resolved) -> Result<Option<CredentialsProvi
         Err(e) => auth(format!(
             "could not get credentials from {}: {}",
             CredentialSource::AwsChain.describe(),
-            super::errors::causes(&e)
+            crate::error::causes(&e)
         )),
     }
 }

@@ -8,6 +8,7 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use super::client::S3Client;
 use super::config::CredentialSource;
 use super::quirks;
+use crate::error::causes;
 use crate::error::{Error, ErrorKind};
 
 /// Awaits an SDK request sent by `c`, its error mapped by [`map`].
@@ -25,21 +26,6 @@ where
 /// SDK error's chain (the request was never sent).
 fn no_credentials(err: &(dyn std::error::Error + 'static)) -> bool {
     crate::error::sources(err).any(|e| e.is::<CredentialsError>())
-}
-
-/// An error and its sources, each said once, in words: the operation
-/// error's own chain, not the raw response (`DisplayErrorContext` of the
-/// whole `SdkError` would print its headers and body too, and the Debug
-/// form of the connector's error).
-pub(super) fn causes(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for e in crate::error::sources(err) {
-        let text = e.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-    }
-    parts.join(": ")
 }
 
 /// The error an S3 answer with HTTP status `http` and error `code` (empty
