@@ -29,7 +29,8 @@ outside the wheel, built on fastshard, never under it.
 Rust (rust/, scripts/layers_rust.py): no two top-level modules (``rust/<name>.rs`` or
 ``rust/<name>/``, lib.rs excepted) that refer to each other, through
 ``crate::<other>`` paths anywhere in the code (``use`` or inline) or
-``super::`` paths that climb out of the module.
+``super::`` paths that climb out of the module; and no two source files that
+refer to each other, test code aside.
 
 Exit status: 0 clean, 1 a violation. ``--graph`` prints the Python module
 graph (each module and what it imports), for notes and reviews.
@@ -359,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
             "layers: no Python import cycle, fastshard never imports fastshard_lab, "
             "vllm/ reaches the core through fastshard._core only, "
             "no room imports a public module above it, "
-            "no pair of Rust modules importing each other"
+            "no pair of Rust modules or files importing each other"
         )
     return 1 if failed else 0
 

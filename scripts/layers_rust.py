@@ -1,7 +1,10 @@
 """The Rust half of check_layers.py: no two top-level modules (``rust/<name>.rs``
 or ``rust/<name>/``, lib.rs excepted) that refer to each other, through
 ``crate::<other>`` paths anywhere in the code (``use`` or inline) or
-``super::`` paths that climb out of the module.
+``super::`` paths that climb out of the module; and no two source files
+that do, test code aside (a module under ``#[cfg(test)]``, an inline ``mod
+tests``): a path names the file its module is written in (an item of a
+mod.rs, a re-export, names the mod.rs).
 
 And the store registry is the one place that picks a backend: a variant of
 the location's ``Kind`` (a ``match`` arm, an ``== Kind::X`` comparison, a
@@ -51,45 +54,106 @@ def _strip(source: str) -> str:
     return _LITERAL.sub(blank, _COMMENT.sub(blank, source))
 
 
-def _group_heads(text: str, at: int) -> list[str]:
-    """First identifier of each item of a ``{a::x, b, c::{..}}`` group
-    starting at ``text[at] == "{"``."""
-    depth, heads, expect = 0, [], True
+_PATH_STEP = re.compile(r"\s*::\s*")
+
+
+def _path_at(text: str, at: int) -> tuple[list[list[str]], int]:
+    """The module paths a ``use``-style path starting at ``text[at]`` names
+    (``a::b::c``, or ``a::{b::c, d::{e, f}}``: one path per leaf), and where
+    it ends. A leaf that is not an identifier (``*``, ``self``) ends its
+    path one step short."""
+    segments: list[str] = []
     i = at
+    while True:
+        if i < len(text) and text[i] == "{":
+            return _group_at(text, i, segments)
+        ident = _IDENT.match(text, i)
+        if ident is None:
+            return [segments], i
+        segments.append(ident.group(1))
+        i = ident.end()
+        step = _PATH_STEP.match(text, i)
+        if step is None:
+            return [segments], i
+        i = step.end()
+
+
+def _group_at(text: str, at: int, prefix: list[str]) -> tuple[list[list[str]], int]:
+    """The paths of a ``{x, y::z, ..}`` group at ``text[at] == "{"``, each
+    after ``prefix``."""
+    paths: list[list[str]] = []
+    i = at + 1
     while i < len(text):
-        c = text[i]
-        if c == "{":
-            depth += 1
-            expect = depth == 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                break
-        elif c == "," and depth == 1:
-            expect = True
-        elif expect and depth == 1 and (c.isalpha() or c == "_"):
-            m = _IDENT.match(text, i)
-            assert m is not None
-            heads.append(m.group(1))
-            i = m.end()
-            expect = False
-            continue
-        i += 1
-    return heads
+        while i < len(text) and text[i] in " \t\n,":
+            i += 1
+        if i >= len(text) or text[i] == "}":
+            return paths or [prefix], i + 1
+        inner, end = _path_at(text, i)
+        paths += [prefix + p for p in inner]
+        # Past what the item adds (`as name`, `*`): to its comma or the close.
+        depth = 0
+        i = max(end, i + 1)
+        while i < len(text) and not (depth == 0 and text[i] in ",}"):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+    return paths or [prefix], i
 
 
-def _file_module(path: Path, rust: Path) -> list[str]:
-    parts = list(path.relative_to(rust).with_suffix("").parts)
-    if parts[-1] == "mod":
-        parts = parts[:-1]
-    return parts
+@dataclass(frozen=True)
+class Module:
+    """A source file: its module path, and whether it is compiled for
+    tests only (declared under ``#[cfg(test)]``, or inside such a module)."""
+
+    path: tuple[str, ...]
+    test_only: bool
 
 
-def rust_references(path: Path, rust: Path) -> Iterator[tuple[str, int]]:
-    """(top-level module referred to, line) for every ``crate::`` or
-    ``super::`` path in one file."""
+# `#[cfg(test)]` and `#[path = ".."]`, in either order, before `mod name;`.
+_MOD_DECL = re.compile(r"((?:#\[[^\]]*\]\s*)*)(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;")
+_PATH_ATTR = re.compile(r'#\[path\s*=\s*"([^"]+)"\]')
+_CFG_TEST = re.compile(r"#\[cfg\(test\)\]")
+
+
+def modules(rust: Path) -> dict[Path, Module]:
+    """Each source file's module: its path from its place in the tree, or,
+    for a file a ``#[path = ".."] mod name;`` includes (the ``*_tests.rs``
+    files), the including module's path and ``name``."""
+    found: dict[Path, Module] = {}
+    for path in sorted(rust.rglob("*.rs")):
+        parts = list(path.relative_to(rust).with_suffix("").parts)
+        if path.parent == rust and path.name == "lib.rs":
+            parts = []
+        elif parts[-1] == "mod":
+            parts = parts[:-1]
+        found[path] = Module(tuple(parts), False)
+    # Declarations, parents first, so a test-only parent marks its children.
+    for path in sorted(found, key=lambda p: len(found[p].path)):
+        declaring = found[path]
+        child_dir = path.parent if path.name in ("mod.rs", "lib.rs") else path.with_suffix("")
+        for m in _MOD_DECL.finditer(_COMMENT.sub("", path.read_text())):
+            attrs, name = m.group(1), m.group(2)
+            attr = _PATH_ATTR.search(attrs)
+            if attr is not None:
+                child = path.parent / attr.group(1)
+            else:
+                child = next(
+                    (
+                        f
+                        for f in (child_dir / f"{name}.rs", child_dir / name / "mod.rs")
+                        if f in found
+                    ),
+                    child_dir / f"{name}.rs",
+                )
+            if child in found:
+                test_only = declaring.test_only or bool(_CFG_TEST.search(attrs))
+                found[child] = Module((*declaring.path, name), test_only)
+    return found
+
+
+def rust_references(path: Path, module: Module) -> Iterator[tuple[list[str], int, bool]]:
+    """(module path referred to, line, whether the referring code is test
+    code) for every ``crate::`` or ``super::`` path in one file."""
     text = _strip(path.read_text())
-    file_mod = _file_module(path, rust)
     inline: list[tuple[str, int]] = []  # inline `mod x {` and the brace depth it opened at
     depth = 0
     for m in _TOKEN.finditer(text):
@@ -106,7 +170,7 @@ def rust_references(path: Path, rust: Path) -> Iterator[tuple[str, int]]:
                 inline.pop()
             depth -= 1
             continue
-        here = file_mod + [name for name, _ in inline]
+        here = [*module.path, *(name for name, _ in inline)]
         if m.group(2) == "crate":
             base: list[str] = []
         else:
@@ -115,35 +179,42 @@ def rust_references(path: Path, rust: Path) -> Iterator[tuple[str, int]]:
                 continue  # above the crate root: not valid Rust, nothing to say
             base = here[: len(here) - ups]
         line = text.count("\n", 0, m.start()) + 1
-        if base:
-            yield base[0], line
-            continue
-        rest = m.end()
-        if rest < len(text) and text[rest] == "{":
-            for head in _group_heads(text, rest):
-                yield head, line
-        else:
-            ident = _IDENT.match(text, rest)
-            if ident is not None:
-                yield ident.group(1), line
+        test = module.test_only or any(name == "tests" for name, _ in inline)
+        for tail in _path_at(text, m.end())[0]:
+            yield base + tail, line, test
 
 
-def rust_edges(rust: Path) -> list[Edge]:
-    tops = {p.stem for p in rust.glob("*.rs") if p.name != "lib.rs"}
-    tops |= {p.name for p in rust.iterdir() if p.is_dir()}
-    edges = []
-    for path in sorted(rust.rglob("*.rs")):
-        if path.parent == rust and path.name == "lib.rs":
-            continue
-        own = _file_module(path, rust)[0]
-        for target, line in rust_references(path, rust):
-            if target in tops and target != own:
-                edges.append(Edge(own, target, path, line))
-    return edges
+def rust_edges(rust: Path) -> tuple[list[Edge], list[Edge]]:
+    """Edges between top-level modules (any code, tests included), and
+    between files (code that is not test code): a file naming an item of a
+    module is an edge to the file that module is written in."""
+    found = modules(rust)
+    files = {m.path: p for p, m in found.items()}
+    tops = {m.path[0] for m in found.values() if m.path}
+    top_edges, file_edges = [], []
+    for path, module in found.items():
+        if not module.path:
+            continue  # lib.rs declares the modules, nothing more
+        for target, line, test in rust_references(path, module):
+            if target and target[0] in tops and target[0] != module.path[0]:
+                top_edges.append(Edge(module.path[0], target[0], path, line))
+            written = next(
+                (
+                    files[tuple(target[:k])]
+                    for k in range(len(target), 0, -1)
+                    if tuple(target[:k]) in files
+                ),
+                None,
+            )
+            if not test and written is not None and written != path:
+                file_edges.append(
+                    Edge(str(path.relative_to(rust)), str(written.relative_to(rust)), path, line)
+                )
+    return top_edges, file_edges
 
 
-def check_rust(rust: Path, root: Path) -> list[str]:
-    edges = rust_edges(rust)
+def _pairs(edges: list[Edge], what: str, root: Path) -> list[str]:
+    """Each pair of ``what`` with edges both ways."""
     by_pair: dict[tuple[str, str], list[Edge]] = {}
     for e in edges:
         by_pair.setdefault((e.source, e.target), []).append(e)
@@ -156,12 +227,21 @@ def check_rust(rust: Path, root: Path) -> list[str]:
             ]
             more = len(by_pair[(a, b)]) + len(by_pair[(b, a)]) - len(where)
             problems.append(
-                f"rust modules {a} and {b} import each other "
+                f"rust {what} {a} and {b} import each other "
                 f"({len(by_pair[(a, b)])} + {len(by_pair[(b, a)])} references)\n"
                 + "\n".join(where)
                 + (f"\n  … {more} more" if more > 0 else "")
             )
-    return problems + check_kind_matches(rust, root)
+    return problems
+
+
+def check_rust(rust: Path, root: Path) -> list[str]:
+    top_edges, file_edges = rust_edges(rust)
+    return (
+        _pairs(top_edges, "modules", root)
+        + _pairs(file_edges, "files", root)
+        + check_kind_matches(rust, root)
+    )
 
 
 # -- The store registry: the only match on the location's kind ----------------

@@ -151,6 +151,51 @@ def test_rust_one_way_references_pass(tmp_path: Path) -> None:
     assert "rust" not in out.stderr
 
 
+RUST_FILES = {
+    "rust/lib.rs": "pub mod io;\n",
+    "rust/io/mod.rs": "mod client;\nmod errors;\nmod upload;\npub use client::Client;\n",
+    "rust/io/client.rs": """\
+        pub struct Client;
+        fn f() { super::errors::causes(); }
+    """,
+    "rust/io/errors.rs": """\
+        use super::{client::Client, upload};
+        pub fn causes() {}
+        #[cfg(test)]
+        #[path = "errors_tests.rs"]
+        mod tests;
+    """,
+    "rust/io/errors_tests.rs": "use crate::io::upload::Upload;\n",
+    "rust/io/upload.rs": """\
+        pub struct Upload;
+        use super::Client; // a re-export: an item of io/mod.rs
+        #[cfg(test)]
+        mod tests {
+            use crate::io::errors::causes;
+        }
+    """,
+}
+
+
+def test_rust_files_that_import_each_other_fail(tmp_path: Path) -> None:
+    out = check(tree(tmp_path, RUST_FILES))
+    assert out.returncode == 1, out
+    said = out.stderr
+    assert "error: rust files io/client.rs and io/errors.rs import each other (1 + 1" in said
+    assert "io/errors.rs -> io/client.rs (rust/io/errors.rs:1)" in said
+    # Test code (a #[cfg(test)] file, an inline `mod tests`) and an item of
+    # the parent module are no file's import.
+    assert "upload.rs and" not in said and "and io/upload.rs" not in said, said
+
+
+def test_rust_files_one_way_pass(tmp_path: Path) -> None:
+    files = dict(RUST_FILES)
+    files["rust/io/client.rs"] = "pub struct Client;\n"
+    out = check(tree(tmp_path, files))
+    assert out.returncode == 0, out
+    assert "no pair of Rust modules or files importing each other" in out.stdout
+
+
 RUST_KINDS = {
     "rust/lib.rs": "pub mod io;\npub mod location;\npub mod save;\n",
     "rust/location.rs": """\
