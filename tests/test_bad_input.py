@@ -277,3 +277,19 @@ def test_an_unreachable_s3_endpoint_is_named_and_told_in_words(
     assert warned[0].name.startswith("fastshard"), warned[0].name
     assert f"S3 connection to {dead} failed" in said and "retrying (attempt" in said, said
     assert "{ " not in said and "secret" not in said, said
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_an_unreachable_http_server_is_named_and_told_in_words(scheme: str) -> None:
+    from servers import free_port
+
+    port = free_port()  # nothing listens: refused at once
+    uri = f"{scheme}://127.0.0.1:{port}/m.tensors?X-Amz-Signature=s3cr3t"
+    with pytest.raises(fastshard.StorageError) as info:
+        fastshard.load_state_dict(uri, max_attempts=2)
+    text = str(info.value)
+    assert f"HTTP connection to 127.0.0.1:{port} failed: " in text, text
+    assert "refused" in text.lower(), text
+    # Where, in words; never reqwest's "for url (...)", nor the query.
+    assert "url" not in text and "s3cr3t" not in text and "{ " not in text, text
+    assert f"in {scheme}://127.0.0.1:{port}/m.tensors?…" in text, text

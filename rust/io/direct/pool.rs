@@ -88,7 +88,7 @@ async fn connect(dns: &CachedDns, host: &Host, port: u16) -> Result<TcpStream> {
         Host::Name(name) => dns
             .resolve(name)
             .await
-            .map_err(|e| failed(&format!("cannot resolve the host: {e}")))?,
+            .map_err(|e| failed(host, port, &format!("cannot resolve the host: {e}")))?,
     };
     let mut last = None;
     for ip in addrs {
@@ -103,7 +103,11 @@ async fn connect(dns: &CachedDns, host: &Host, port: u16) -> Result<TcpStream> {
             Err(_) => last = Some(format!("no answer within {CONNECT_TIMEOUT:?}")),
         }
     }
-    Err(failed(&last.unwrap_or_else(|| "no address".to_string())))
+    Err(failed(
+        host,
+        port,
+        &last.unwrap_or_else(|| "no address".to_string()),
+    ))
 }
 
 /// Set to the bytes of receive buffer each new connection asks for, or `0`
@@ -164,8 +168,16 @@ fn choose(told: Option<&str>, rmem_max: Option<&str>) -> Option<u32> {
     (cap? >= u64::from(wanted)).then_some(wanted)
 }
 
-fn failed(why: &str) -> Error {
-    Error::new(ErrorKind::Network, format!("HTTP connection failed: {why}"))
+fn failed(host: &Host, port: u16, why: &str) -> Error {
+    let host = match host {
+        Host::Name(name) => name.clone(),
+        Host::Ip(IpAddr::V6(ip)) => format!("[{ip}]"),
+        Host::Ip(ip) => ip.to_string(),
+    };
+    Error::new(
+        ErrorKind::Network,
+        format!("HTTP connection to {host}:{port} failed: {why}"),
+    )
 }
 
 #[cfg(test)]

@@ -154,42 +154,40 @@ impl HttpSource {
 }
 
 pub(crate) fn transport_error(e: &reqwest::Error) -> Error {
-    // reqwest's Display includes the URL (and its query); strip it.
-    let text = e.without_url_ref();
-    let what = if e.is_timeout() {
-        "HTTP request timed out"
-    } else if e.is_connect() {
-        "HTTP connection failed"
-    } else if e.is_body() || e.is_decode() {
-        "HTTP response body broke off"
-    } else {
-        "HTTP request failed"
+    // reqwest's own text names the URL, query (a secret) included: the
+    // host and port say where, its sources what went wrong.
+    let at = e
+        .url()
+        .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)));
+    let (to, from, of) = match &at {
+        Some(at) => (
+            format!(" to {at}"),
+            format!(" from {at}"),
+            format!(" of {at}"),
+        ),
+        None => Default::default(),
     };
+    let why = std::error::Error::source(e).map_or_else(
+        || {
+            e.to_string()
+                .replace(e.url().map_or("\0", |u| u.as_str()), "<url>")
+        },
+        crate::error::causes,
+    );
     if super::tls::is_certificate_error(e) {
         // Not transient: retrying an untrusted certificate only delays the error.
-        return Error::new(ErrorKind::Io, format!("TLS verification failed: {text}"));
+        return Error::new(ErrorKind::Io, format!("TLS verification{of} failed: {why}"));
     }
-    Error::new(ErrorKind::Network, format!("{what}: {text}"))
-}
-
-trait WithoutUrlRef {
-    fn without_url_ref(&self) -> String;
-}
-
-impl WithoutUrlRef for reqwest::Error {
-    fn without_url_ref(&self) -> String {
-        let mut s = self.to_string();
-        if let Some(u) = self.url() {
-            s = s.replace(u.as_str(), "<url>");
-        }
-        let mut src = std::error::Error::source(self);
-        while let Some(inner) = src {
-            s.push_str(": ");
-            s.push_str(&inner.to_string());
-            src = inner.source();
-        }
-        s
-    }
+    let what = if e.is_timeout() {
+        format!("HTTP request{to} timed out")
+    } else if e.is_connect() {
+        format!("HTTP connection{to} failed")
+    } else if e.is_body() || e.is_decode() {
+        format!("HTTP response body{from} broke off")
+    } else {
+        format!("HTTP request{to} failed")
+    };
+    Error::new(ErrorKind::Network, format!("{what}: {why}"))
 }
 
 pub(crate) fn status_error(status: StatusCode) -> Error {
