@@ -169,14 +169,13 @@ fn choose(told: Option<&str>, rmem_max: Option<&str>) -> Option<u32> {
 }
 
 fn failed(host: &Host, port: u16, why: &str) -> Error {
-    let host = match host {
-        Host::Name(name) => name.clone(),
-        Host::Ip(IpAddr::V6(ip)) => format!("[{ip}]"),
-        Host::Ip(ip) => ip.to_string(),
+    let at = match host {
+        Host::Name(name) => format!("{name}:{port}"),
+        Host::Ip(ip) => SocketAddr::new(*ip, port).to_string(),
     };
     Error::new(
         ErrorKind::Network,
-        format!("HTTP connection to {host}:{port} failed: {why}"),
+        format!("HTTP connection to {at} failed: {why}"),
     )
 }
 

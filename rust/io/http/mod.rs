@@ -159,33 +159,30 @@ pub(crate) fn transport_error(e: &reqwest::Error) -> Error {
     let at = e
         .url()
         .and_then(|u| Some(format!("{}:{}", u.host_str()?, u.port_or_known_default()?)));
-    let (to, from, of) = match &at {
-        Some(at) => (
-            format!(" to {at}"),
-            format!(" from {at}"),
-            format!(" of {at}"),
-        ),
-        None => Default::default(),
+    let at = |word: &str| {
+        at.as_ref()
+            .map_or(String::new(), |a| format!(" {word} {a}"))
     };
-    let why = std::error::Error::source(e).map_or_else(
-        || {
-            e.to_string()
-                .replace(e.url().map_or("\0", |u| u.as_str()), "<url>")
-        },
-        crate::error::causes,
-    );
+    let why = match (std::error::Error::source(e), e.url()) {
+        (Some(source), _) => crate::error::causes(source),
+        (None, Some(url)) => e.to_string().replace(url.as_str(), "<url>"),
+        (None, None) => e.to_string(),
+    };
     if super::tls::is_certificate_error(e) {
         // Not transient: retrying an untrusted certificate only delays the error.
-        return Error::new(ErrorKind::Io, format!("TLS verification{of} failed: {why}"));
+        return Error::new(
+            ErrorKind::Io,
+            format!("TLS verification{} failed: {why}", at("of")),
+        );
     }
     let what = if e.is_timeout() {
-        format!("HTTP request{to} timed out")
+        format!("HTTP request{} timed out", at("to"))
     } else if e.is_connect() {
-        format!("HTTP connection{to} failed")
+        format!("HTTP connection{} failed", at("to"))
     } else if e.is_body() || e.is_decode() {
-        format!("HTTP response body{from} broke off")
+        format!("HTTP response body{} broke off", at("from"))
     } else {
-        format!("HTTP request{to} failed")
+        format!("HTTP request{} failed", at("to"))
     };
     Error::new(ErrorKind::Network, format!("{what}: {why}"))
 }

@@ -8,8 +8,7 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use super::client::S3Client;
 use super::config::CredentialSource;
 use super::quirks;
-use crate::error::causes;
-use crate::error::{Error, ErrorKind};
+use crate::error::{causes, Error, ErrorKind};
 
 /// Awaits an SDK request sent by `c`, its error mapped by [`map`].
 pub async fn sent<T, E>(

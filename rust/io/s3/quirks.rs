@@ -64,11 +64,11 @@ fn renaming(body: SdkBody) -> SdkBody {
 /// closing tag; `None` where the root is anything else (AWS's answer, an
 /// error document) or the text is not UTF-8.
 fn renamed_root(xml: &[u8]) -> Option<String> {
-    if root_element(xml)? != GIVEN {
+    let text = std::str::from_utf8(xml).ok()?;
+    let (start, name) = root(text)?;
+    if name != GIVEN {
         return None;
     }
-    let text = std::str::from_utf8(xml).ok()?;
-    let start = root_name_start(text)?;
     let mut out = String::with_capacity(text.len() + 2 * (EXPECTED.len() - GIVEN.len()));
     out.push_str(&text[..start]);
     out.push_str(EXPECTED);
@@ -86,12 +86,17 @@ fn renamed_root(xml: &[u8]) -> Option<String> {
 
 /// The name of `xml`'s root element, where it has one.
 pub(super) fn root_element(xml: &[u8]) -> Option<&str> {
-    let text = std::str::from_utf8(xml).ok()?;
-    let rest = &text[root_name_start(text)?..];
+    root(std::str::from_utf8(xml).ok()?).map(|(_, name)| name)
+}
+
+/// Where the root element's name starts in `text`, and that name.
+fn root(text: &str) -> Option<(usize, &str)> {
+    let start = root_name_start(text)?;
+    let rest = &text[start..];
     let len = rest
         .find(|c: char| c.is_whitespace() || c == '>' || c == '/')
         .unwrap_or(rest.len());
-    (len > 0).then(|| &rest[..len])
+    (len > 0).then(|| (start, &rest[..len]))
 }
 
 /// Where the root element's name starts: past the XML declaration,
