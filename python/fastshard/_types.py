@@ -7,9 +7,10 @@ import what imports this.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
 if TYPE_CHECKING:
     import torch
@@ -159,17 +160,48 @@ class TensorSource(Protocol):
     def info_at(self, index: int) -> TensorInfo: ...
     def fill(
         self,
+        /,
         indices: Sequence[int],
         tensors: Sequence[torch.Tensor],
         slices: Sequence[Slice | None] | None = None,
         **overrides: Any,
-    ) -> LoadStats: ...
+    ) -> LoadStats:
+        """Read tensors ``indices[i]`` straight into the memory of
+        ``tensors[i]`` (contiguous CPU, exact byte size) in one native call;
+        ``slices[i]``, when given, loads only that tensor-parallel slice."""
+        ...
+
     def stage(
         self,
+        /,
         indices: Sequence[int],
         slices: Sequence[Slice | None],
         targets: Sequence[tuple[int, int, bool] | None],
         slabs: Sequence[_native.Slab],
         slab_bytes: int,
         max_host_bytes: int | None,
-    ) -> _native.Staging: ...
+    ) -> _native.Staging:
+        """A staged load of tensors ``indices`` into ``slabs`` (the staging
+        ring copies each batch out); ``targets``: each one's byte target, or
+        None to copy it through its own view."""
+        ...
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def by_engine(method: Callable[Concatenate[Any, _P], _R]) -> Callable[Concatenate[Any, _P], _R]:
+    """The protocol's ``method`` as a method of an object that holds the
+    engine implementing it (``TensorFile.engine``): one signature and one
+    docstring for the file, the engine and the protocol."""
+    name = method.__name__
+
+    def forward(holder: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return cast("Callable[_P, _R]", getattr(holder.engine, name))(*args, **kwargs)
+
+    # The protocol's name, docstring and (through __wrapped__) signature,
+    # for help() and the docs.
+    functools.update_wrapper(forward, method)
+    forward.__qualname__ = name
+    return forward

@@ -7,13 +7,11 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Unpack
 
-import torch
-
-from . import _core, _gc, _native, packed, shard, tp
+from . import _core, _gc, packed, shard, tp
 from ._index import Index
 from ._nested import StateDict
 from ._options import OpenOptions
-from ._types import LoadStats, NameOrPath, TensorInfo
+from ._types import LoadStats, NameOrPath, TensorInfo, TensorSource, by_engine
 from .errors import InvalidArgumentError
 
 # LoadStats and TensorInfo live in _types; they stay importable from here.
@@ -142,33 +140,13 @@ class TensorFile:
     def verify_hash(self) -> bool:
         return self.engine.verify_hash
 
-    def fill(
-        self,
-        indices: Sequence[int],
-        tensors: Sequence[torch.Tensor],
-        slices: Sequence[tp.Slice | None] | None = None,
-        **overrides: Any,
-    ) -> LoadStats:
-        """Read tensors ``indices[i]`` straight into the memory of
-        ``tensors[i]`` (contiguous CPU, exact byte size) in one native call;
-        ``slices[i]``, when given, loads only that tensor-parallel slice."""
-        return self.engine.fill(indices, tensors, slices, **overrides)
+    fill = by_engine(TensorSource.fill)
 
     @property
     def stage_unit(self) -> int:
         return self.engine.stage_unit
 
-    def stage(
-        self,
-        indices: Sequence[int],
-        slices: Sequence[tp.Slice | None],
-        targets: Sequence[tuple[int, int, bool] | None],
-        slabs: Sequence[_native.Slab],
-        slab_bytes: int,
-        max_host_bytes: int | None,
-    ) -> _native.Staging:
-        """A staged load of tensors ``indices`` (``Engine.stage``)."""
-        return self.engine.stage(indices, slices, targets, slabs, slab_bytes, max_host_bytes)
+    stage = by_engine(TensorSource.stage)
 
     # -- loading -----------------------------------------------------------
     @_gc.pausing

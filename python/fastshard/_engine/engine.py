@@ -104,10 +104,8 @@ class Engine:
         slices: Sequence[tp.Slice | None] | None = None,
         **overrides: Any,
     ) -> LoadStats:
-        """Read tensors ``indices[i]`` straight into the memory of
-        ``tensors[i]`` (contiguous CPU, exact byte size) in one native call;
-        ``slices[i]``, when given, loads only that tensor-parallel slice.
-        The whole budget is this call's unless ``overrides`` say otherwise."""
+        """``TensorSource.fill``, with the whole budget this call's unless
+        ``overrides`` say otherwise."""
         self.native()
         buffers = [_tensors.writable_bytes(t) for t in tensors]
         return self.fill_bytes(indices, buffers, slices, **overrides)
@@ -139,9 +137,7 @@ class Engine:
         slab_bytes: int,
         max_host_bytes: int | None,
     ) -> _native.Staging:
-        """Starts a staged load of tensors ``indices`` into ``slabs``
-        (``ring.py`` copies each batch out); ``targets``: each one's byte
-        target, or None to copy it through its own view."""
+        """``TensorSource.stage`` (``ring.py`` copies each batch out)."""
         reader = self.native()
         native = [self._native_index[i] for i in indices]
         opts = {**self._settings.native, **native_limit(max_host_bytes)}
