@@ -19,20 +19,10 @@ from .names import WORKER_EXTENSION
 
 
 def add_parser(sub: Subparsers) -> None:
-    p = vllm_subcommand(
-        sub,
-        "serialize",
-        cmd_serialize,
-        usage="fastshard serialize [--encryption-keyfile FILE] [--no-artifacts] URI "
-        "--model MODEL [vllm engine arguments...]",
-        summary="write a vLLM model's ranks, manifest and artifacts (local or S3)",
-        description="Start vLLM with the given engine arguments and write every tensor- and "
-        "pipeline-parallel rank's weights to URI (a directory or s3:// prefix, or a per-rank "
-        "template), then fastshard-manifest.json and the model's non-weight files.",
-        uri_help=None,
-        rest_help="vLLM engine arguments",
-    )
-    p.add_argument("--encryption-keyfile", help="32-byte key file (local or s3://) to encrypt with")
+    where = "a directory or s3:// prefix, or a per-rank template"
+    p = vllm_subcommand(sub, cmd_serialize, uri_help=where, rest="vLLM engine arguments")
+    key_help = "32-byte key file (local or s3://) to encrypt with"
+    p.add_argument("--encryption-keyfile", metavar="FILE", help=key_help)
     p.add_argument("--no-artifacts", action="store_true", help="write the weights only")
 
 
@@ -53,6 +43,12 @@ def engine_kwargs(vllm_args: list[str]) -> dict[str, Any]:
 
 
 def cmd_serialize(args: argparse.Namespace) -> int:
+    """write a vLLM model's ranks, manifest and artifacts (local or S3)
+
+    Start vLLM with the given engine arguments (--model MODEL and any other
+    of vLLM's) and write every tensor- and pipeline-parallel rank's weights
+    to URI (a directory or s3:// prefix, or a per-rank template), then
+    fastshard-manifest.json and the model's non-weight files."""
     from vllm import LLM
 
     from .serialize import serialize

@@ -49,26 +49,20 @@ def vllm_command(
 
 
 def add_parser(sub: Subparsers) -> None:
-    p = vllm_subcommand(
-        sub,
-        "serve",
-        cmd_serve,
-        usage="fastshard serve [--cache-dir DIR] [--loader-config JSON] [--print-command] "
-        "URI [vllm serve arguments...]",
-        summary="serve a fastshard-serialized model from S3 with vLLM",
-        description="Fetch the model's non-weight files into a local cache, then exec "
-        "`vllm serve <cache> --load-format fastshard` with the weights read from URI.",
-        uri_help="s3://bucket/prefix/ (or a URL or directory) written by serialize",
-        rest_help="arguments for vllm serve",
-    )
+    where = "s3://bucket/prefix/ (or a URL or directory) written by serialize"
+    p = vllm_subcommand(sub, cmd_serve, uri_help=where, rest="vllm serve arguments")
     p.add_argument(
         "--cache-dir",
+        metavar="DIR",
         type=Path,
         default=None,
         help="cache root (default: $FASTSHARD_CACHE_DIR or ~/.cache/fastshard)",
     )
     p.add_argument(
-        "--loader-config", default="{}", help="JSON of fastshard loader keys (concurrency, ...)"
+        "--loader-config",
+        metavar="JSON",
+        default="{}",
+        help="JSON of fastshard loader keys (concurrency, ...)",
     )
     p.add_argument(
         "--print-command", action="store_true", help="fetch, print the vllm command, do not run it"
@@ -76,6 +70,11 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    """serve a fastshard-serialized model from S3 with vLLM
+
+    Fetch the model's non-weight files into a local cache, then exec
+    `vllm serve <cache> --load-format fastshard` with the weights read from
+    URI."""
     loader_config = json.loads(args.loader_config)
     if not isinstance(loader_config, dict):
         raise SystemExit("fastshard serve: --loader-config must be a JSON object")
