@@ -98,6 +98,28 @@ pub trait WholeGet: Send + Sync {
     ) -> impl Future<Output = Result<Vec<u8>>> + Send + 'a;
 }
 
+/// `Store::open` and `Store::get` of a backend whose `source()` opens a
+/// reader at once (nothing to await) that can also GET the whole object,
+/// retried by the store's `retry` and named by its `loc`.
+macro_rules! reads_through_source {
+    () => {
+        fn open(
+            &self,
+        ) -> $crate::io::store::Fut<'_, ::std::sync::Arc<dyn $crate::io::source::RangeSource>> {
+            $crate::io::store::opened(self.source())
+        }
+
+        fn get<'a>(
+            &'a self,
+            max_bytes: u64,
+            cancel: &'a $crate::cancel::CancelToken,
+        ) -> $crate::io::store::Fut<'a, Option<Vec<u8>>> {
+            $crate::io::store::get_whole(self.source(), &self.loc, &self.retry, max_bytes, cancel)
+        }
+    };
+}
+pub(crate) use reads_through_source;
+
 /// `Store::get` through `src`'s whole-object GET, retried by `retry`.
 pub fn get_whole<'a, S: WholeGet + 'a>(
     src: Result<S>,

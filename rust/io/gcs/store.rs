@@ -38,8 +38,6 @@ fn unsupported(loc: &Location) -> crate::error::Error {
 
 #[cfg(feature = "gcs")]
 mod enabled {
-    use std::sync::Arc;
-
     use bytes::Bytes;
 
     use super::GcsOptions;
@@ -47,8 +45,7 @@ mod enabled {
     use crate::error::Result;
     use crate::io::gcs::{GcsSource, GcsUpload};
     use crate::io::retry::{retrying, RetryPolicy};
-    use crate::io::source::RangeSource;
-    use crate::io::store::{get_whole, opened, upload_by_inherent_methods, Fut, Store, Upload};
+    use crate::io::store::{reads_through_source, upload_by_inherent_methods, Fut, Store, Upload};
     use crate::location::Location;
 
     pub struct GcsStore {
@@ -68,13 +65,7 @@ mod enabled {
     }
 
     impl Store for GcsStore {
-        fn open(&self) -> Fut<'_, Arc<dyn RangeSource>> {
-            opened(self.source())
-        }
-
-        fn get<'a>(&'a self, max_bytes: u64, cancel: &'a CancelToken) -> Fut<'a, Option<Vec<u8>>> {
-            get_whole(self.source(), &self.loc, &self.retry, max_bytes, cancel)
-        }
+        reads_through_source!();
 
         /// One upload: readers see the old object or the new one.
         fn put<'a>(&'a self, data: &'a [u8], cancel: &'a CancelToken) -> Fut<'a, ()> {

@@ -2,14 +2,11 @@
 //! PUT and DELETE are no protocol fastshard can count on), trusted through
 //! the shared TLS options.
 
-use std::sync::Arc;
-
 use super::HttpSource;
 use crate::cancel::CancelToken;
 use crate::error::Result;
 use crate::io::retry::RetryPolicy;
-use crate::io::source::RangeSource;
-use crate::io::store::{get_whole, opened, read_only, ready, Fut, Store, Upload};
+use crate::io::store::{read_only, reads_through_source, ready, Fut, Store, Upload};
 use crate::io::tls::TlsOptions;
 use crate::location::Location;
 
@@ -42,13 +39,7 @@ const WRITES: &str = "writes and deletes objects on";
 const SAVES: &str = "saves to";
 
 impl Store for HttpStore {
-    fn open(&self) -> Fut<'_, Arc<dyn RangeSource>> {
-        opened(self.source())
-    }
-
-    fn get<'a>(&'a self, max_bytes: u64, cancel: &'a CancelToken) -> Fut<'a, Option<Vec<u8>>> {
-        get_whole(self.source(), &self.loc, &self.retry, max_bytes, cancel)
-    }
+    reads_through_source!();
 
     fn put<'a>(&'a self, _: &'a [u8], _: &'a CancelToken) -> Fut<'a, ()> {
         self.refuse(WRITES)
