@@ -254,6 +254,18 @@ pub fn causes(err: &(dyn std::error::Error + 'static)) -> String {
     parts.join(": ")
 }
 
+/// What went wrong at the bottom of `err`'s sources, in the words of the
+/// last one that has any (a refused connection: "Connection refused (os
+/// error 111)"): the cause of a failed connection, without the layers of
+/// client and connector above it.
+pub fn root_cause(err: &(dyn std::error::Error + 'static)) -> String {
+    sources(err)
+        .map(|e| e.to_string())
+        .filter(|t| !t.trim().is_empty())
+        .last()
+        .unwrap_or_else(|| "no cause given".to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,6 +282,23 @@ mod tests {
         assert!(sources(&outer).any(|e| e.is::<Inner>()));
         let plain = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
         assert_eq!(sources(&plain).count(), 1);
+    }
+
+    #[test]
+    fn the_root_cause_is_the_last_source_with_words() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("Connection refused (os error 111)")]
+        struct Refused;
+        #[derive(Debug, thiserror::Error)]
+        #[error("")]
+        struct Silent(#[source] std::io::Error);
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, Refused);
+        let outer = Error::new(ErrorKind::Network, "client error (Connect)").with_source(io);
+        assert_eq!(root_cause(&outer), "Connection refused (os error 111)");
+        // A source with nothing to say leaves the words to the one above it.
+        let quiet = Silent(std::io::Error::other("tcp connect error"));
+        let top = Error::new(ErrorKind::Network, "outer").with_source(quiet);
+        assert_eq!(root_cause(&top), "tcp connect error");
     }
 
     #[test]

@@ -268,8 +268,10 @@ def test_an_unreachable_s3_endpoint_is_named_and_told_in_words(
         and "refused" in last.lower()
         or "deadline passed while waiting for the server" in last
     ), text
-    # No Debug dump of the SDK's types.
+    # No Debug dump of the SDK's types, nor the client's layers above the
+    # socket's own words.
     assert "{ " not in text and "DispatchFailure" not in text and "secret" not in text, text
+    assert "dispatch failure" not in text and "client error" not in text, text
     # While it retried, one warning said so, naming the endpoint.
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1, [r.getMessage() for r in warned]
@@ -292,4 +294,5 @@ def test_an_unreachable_http_server_is_named_and_told_in_words(scheme: str) -> N
     assert "refused" in text.lower(), text
     # Where, in words; never reqwest's "for url (...)", nor the query.
     assert "url" not in text and "s3cr3t" not in text and "{ " not in text, text
+    assert "client error" not in text and "tcp connect error" not in text, text
     assert f"in {scheme}://127.0.0.1:{port}/m.tensors?…" in text, text

@@ -164,6 +164,9 @@ pub(crate) fn transport_error(e: &reqwest::Error) -> Error {
             .map_or(String::new(), |a| format!(" {word} {a}"))
     };
     let why = match (std::error::Error::source(e), e.url()) {
+        // A connection that failed is told by the socket's own words; the
+        // client's layers above them add nothing a user can act on.
+        (Some(source), _) if e.is_connect() => crate::error::root_cause(source),
         (Some(source), _) => crate::error::causes(source),
         (None, Some(url)) => e.to_string().replace(url.as_str(), "<url>"),
         (None, None) => e.to_string(),
