@@ -119,7 +119,7 @@ ruff: setup ## ruff check and ruff format --check over all Python
 	@$(TIMED) ruff-check $(VENV_ABS)/bin/ruff check .
 	@$(TIMED) ruff-format-check $(VENV_ABS)/bin/ruff format --check .
 
-mypy: setup ## mypy --strict over python/fastshard and benches/fastshard_lab (settings: pyproject.toml [tool.mypy])
+mypy: setup ## mypy --strict over python/fastshard, benches/fastshard_lab and scripts (settings: pyproject.toml [tool.mypy])
 	@$(TIMED) mypy $(VENV_ABS)/bin/mypy
 
 # The stubs are written by hand; stubtest compares them with the module built

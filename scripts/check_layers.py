@@ -84,6 +84,13 @@ def _type_checking_only(tree: ast.Module) -> set[int]:
     return skipped
 
 
+def _import_nodes(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements of ``tree``, wherever they stand."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+
+
 def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     """The absolute module a ``from X import ...`` names."""
     if node.level == 0:
@@ -107,7 +114,7 @@ def python_edges(package: Path) -> tuple[list[Edge], set[str]]:
         tree = ast.parse(path.read_text(), filename=str(path))
         skipped = _type_checking_only(tree)
         is_package = path.name == "__init__.py"
-        for node in ast.walk(tree):
+        for node in _import_nodes(tree):
             if id(node) in skipped:
                 continue
             targets: list[str] = []
@@ -207,7 +214,7 @@ def check_no_import(package: Path, forbidden: str, root: Path) -> list[str]:
     problems = []
     for path in sorted(package.rglob("*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
-        for node in ast.walk(tree):
+        for node in _import_nodes(tree):
             names: list[str] = []
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
@@ -234,14 +241,14 @@ def _private(parts: Iterable[str]) -> bool:
     return any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in parts)
 
 
-def _imported(module: str, is_package: bool, node: ast.AST) -> list[tuple[str, str | None]]:
+def _imported(
+    module: str, is_package: bool, node: ast.Import | ast.ImportFrom
+) -> list[tuple[str, str | None]]:
     """(module, name imported from it or None) of an import statement."""
     if isinstance(node, ast.Import):
         return [(alias.name, None) for alias in node.names]
-    if isinstance(node, ast.ImportFrom):
-        base = _resolve(module, is_package, node)
-        return [(base, alias.name) for alias in node.names]
-    return []
+    base = _resolve(module, is_package, node)
+    return [(base, alias.name) for alias in node.names]
 
 
 def check_facade(package: Path, root: Path) -> list[str]:
@@ -256,7 +263,7 @@ def check_facade(package: Path, root: Path) -> list[str]:
         if not in_vllm and parts not in ([a] for a in ABOVE):
             continue
         tree = ast.parse(path.read_text(), filename=str(path))
-        for node in ast.walk(tree):
+        for node in _import_nodes(tree):
             for target, imported in _imported(name, path.name == "__init__.py", node):
                 t = target.split(".")
                 if t[0] != base or t[1:2] == ["vllm"]:
@@ -304,7 +311,7 @@ def check_rooms(package: Path, root: Path) -> list[str]:
         if path.suffix == ".pyi" or parts[:1] not in ([r] for r in ROOMS):
             continue
         tree = ast.parse(path.read_text(), filename=str(path))
-        for node in ast.walk(tree):
+        for node in _import_nodes(tree):
             for target, imported in _imported(name, path.name == "__init__.py", node):
                 sub = f"{target}.{imported}" if imported else target
                 hit = sub if sub in above else target if target in above else None
