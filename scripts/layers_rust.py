@@ -2,9 +2,10 @@
 or ``rust/<name>/``, lib.rs excepted) that refer to each other, through
 ``crate::<other>`` paths anywhere in the code (``use`` or inline) or
 ``super::`` paths that climb out of the module; and no two source files
-that do, test code aside (a module under ``#[cfg(test)]``, an inline ``mod
-tests``): a path names the file its module is written in (an item of a
-mod.rs, a re-export, names the mod.rs).
+that do, test code aside (a module under ``#[cfg(test)]`` or
+``#[cfg(all(test, ...))]``, inline or in a file of its own): a path names
+the file its module is written in (an item of a mod.rs, a re-export, names
+the mod.rs).
 
 And the store registry is the one place that picks a backend: a variant of
 the location's ``Kind`` (a ``match`` arm, an ``== Kind::X`` comparison, a
@@ -42,7 +43,12 @@ _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 # Strings, chars and raw strings, so a path inside one is not a reference;
 # lifetimes ('a) are left alone by requiring the closing quote.
 _LITERAL = re.compile(r'r(#*)".*?"\1|b?"(?:\\.|[^"\\])*"|b?\'(?:\\.|[^\'\\])\'', re.S)
-_TOKEN = re.compile(r"\bmod\s+([A-Za-z_]\w*)\s*\{|[{}]|\b(crate|super)((?:\s*::\s*super)*)\s*::\s*")
+# An inline `mod name {` (with the attributes before it), a brace, or the
+# start of a `crate::` / `super::` path.
+_TOKEN = re.compile(
+    r"((?:#\[[^\]]*\]\s*)*)(?:pub(?:\([^)]*\))?\s+)?\bmod\s+([A-Za-z_]\w*)\s*\{"
+    r"|[{}]|\b(crate|super)((?:\s*::\s*super)*)\s*::\s*"
+)
 _IDENT = re.compile(r"\s*([A-Za-z_]\w*)")
 
 
@@ -111,7 +117,8 @@ class Module:
 # `#[cfg(test)]` and `#[path = ".."]`, in either order, before `mod name;`.
 _MOD_DECL = re.compile(r"((?:#\[[^\]]*\]\s*)*)(?:pub(?:\([^)]*\))?\s+)?mod\s+(\w+)\s*;")
 _PATH_ATTR = re.compile(r'#\[path\s*=\s*"([^"]+)"\]')
-_CFG_TEST = re.compile(r"#\[cfg\(test\)\]")
+# `#[cfg(test)]`, or `#[cfg(all(test, ...))]`: compiled for tests only.
+_CFG_TEST = re.compile(r"#\[cfg\((?:test|all\((?:[^\]]*,\s*)?test\b[^\]]*)\)\]")
 
 
 def modules(rust: Path) -> dict[Path, Module]:
@@ -154,13 +161,15 @@ def rust_references(path: Path, module: Module) -> Iterator[tuple[list[str], int
     """(module path referred to, line, whether the referring code is test
     code) for every ``crate::`` or ``super::`` path in one file."""
     text = _strip(path.read_text())
-    inline: list[tuple[str, int]] = []  # inline `mod x {` and the brace depth it opened at
+    # Inline `mod x {`s open here: name, the brace depth it opened at, and
+    # whether it is compiled for tests only.
+    inline: list[tuple[str, int, bool]] = []
     depth = 0
     for m in _TOKEN.finditer(text):
         tok = m.group(0)
-        if m.group(1):
+        if m.group(2):
             depth += 1
-            inline.append((m.group(1), depth))
+            inline.append((m.group(2), depth, bool(_CFG_TEST.search(m.group(1)))))
             continue
         if tok == "{":
             depth += 1
@@ -170,16 +179,16 @@ def rust_references(path: Path, module: Module) -> Iterator[tuple[list[str], int
                 inline.pop()
             depth -= 1
             continue
-        here = [*module.path, *(name for name, _ in inline)]
-        if m.group(2) == "crate":
+        here = [*module.path, *(name for name, _, _ in inline)]
+        if m.group(3) == "crate":
             base: list[str] = []
         else:
-            ups = 1 + m.group(3).count("super")
+            ups = 1 + m.group(4).count("super")
             if ups > len(here):
                 continue  # above the crate root: not valid Rust, nothing to say
             base = here[: len(here) - ups]
         line = text.count("\n", 0, m.start()) + 1
-        test = module.test_only or any(name == "tests" for name, _ in inline)
+        test = module.test_only or any(test for _, _, test in inline)
         for tail in _path_at(text, m.end())[0]:
             yield base + tail, line, test
 

@@ -188,6 +188,32 @@ def test_rust_files_that_import_each_other_fail(tmp_path: Path) -> None:
     assert "upload.rs and" not in said and "and io/upload.rs" not in said, said
 
 
+def test_rust_test_code_is_told_by_its_cfg_not_its_name(tmp_path: Path) -> None:
+    files = dict(RUST_FILES)
+    files["rust/io/client.rs"] = "pub struct Client;\n"
+    # Compiled for tests with a feature: test code, whatever its name.
+    files["rust/io/upload.rs"] = """\
+        pub struct Upload;
+        #[cfg(all(test, feature = "gcs"))]
+        mod bad_key {
+            use crate::io::errors::causes;
+        }
+    """
+    out = check(tree(tmp_path, files))
+    assert out.returncode == 0, out
+    # Named `tests` but compiled into the library: the library's import.
+    files["rust/io/upload.rs"] = """\
+        pub struct Upload;
+        #[cfg(feature = "gcs")]
+        mod tests {
+            use crate::io::errors::causes;
+        }
+    """
+    out = check(tree(tmp_path / "lib", files))
+    assert out.returncode == 1, out
+    assert "rust files io/errors.rs and io/upload.rs import each other" in out.stderr, out
+
+
 def test_rust_files_one_way_pass(tmp_path: Path) -> None:
     files = dict(RUST_FILES)
     files["rust/io/client.rs"] = "pub struct Client;\n"
