@@ -42,7 +42,7 @@ def test_only_urls_have_a_query_string() -> None:
         "https://user:pw@h.example:8443/b/m-%03d.tensors",
         "?X-Amz-Signature=s3cr3t#frag",
     )
-    assert loc.query("http://h/m.tensors") == ""
+    assert Location("http://h/m.tensors").query == ""
     # In an S3 key or a local path "?" is an ordinary character.
     assert loc.split("s3://b/what?.tensors") == ("s3://b/what?.tensors", "")
     assert loc.head("/tmp/a?b") == "/tmp/a?b"
@@ -58,19 +58,22 @@ def test_display_removes_every_secret() -> None:
 
 
 def test_directories_siblings_and_children(tmp_path: Path) -> None:
-    assert loc.is_dir("s3://b/dir/") and not loc.is_dir("s3://b/dir")
-    assert loc.is_dir("https://h/dir/?sig=1")
-    assert loc.is_dir(str(tmp_path)) and loc.is_dir(f"file://{tmp_path}")
-    assert not loc.is_dir(str(tmp_path / "missing"))
+    def is_dir(uri: str) -> bool:
+        return Location(uri).is_dir
+
+    assert is_dir("s3://b/dir/") and not is_dir("s3://b/dir")
+    assert is_dir("https://h/dir/?sig=1")
+    assert is_dir(str(tmp_path)) and is_dir(f"file://{tmp_path}")
+    assert not is_dir(str(tmp_path / "missing"))
     assert loc.directory("s3://b/dir/m.tensors") == "s3://b/dir/"
     assert loc.directory("https://h/d/m.t?sig=a/b") == "https://h/d/"
     assert loc.directory("m.tensors") == ""
     assert loc.name("https://h/d/m.t?sig=a/b") == "m.t"
     assert loc.name("s3://b/dir/") == ""
     assert loc.sibling("s3://b/dir/m.tensors", "x.json") == "s3://b/dir/x.json"
-    assert loc.child("s3://b/dir", "m") == "s3://b/dir/m"
-    assert loc.child("s3://b/dir/", "m") == "s3://b/dir/m"
-    assert loc.child("https://h/d?sig=1", "m") == "https://h/d/m?sig=1"
+    assert loc.text(Location("s3://b/dir").child("m")) == "s3://b/dir/m"
+    assert loc.text(Location("s3://b/dir/").child("m")) == "s3://b/dir/m"
+    assert loc.text(Location("https://h/d?sig=1").child("m")) == "https://h/d/m?sig=1"
     assert loc.as_directory("/tmp/x") == "/tmp/x/" and loc.as_directory("/tmp/x/") == "/tmp/x/"
 
 

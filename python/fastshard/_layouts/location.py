@@ -61,11 +61,6 @@ def head(uri: Uri) -> str:
     return parsed(uri).head
 
 
-def query(uri: Uri) -> str:
-    """``"?…"`` of a URL (a presigned URL's signature among it), else ``""``."""
-    return parsed(uri).query
-
-
 def display(uri: Uri) -> str:
     """``uri`` safe to show: no user info, fragment or query string. A URI
     the native type refuses is shown as its error shows it (redacted the
@@ -74,12 +69,6 @@ def display(uri: Uri) -> str:
         return parsed(uri).display
     except FastshardError as e:
         return e.uri or "<unparsable URI>"
-
-
-def is_dir(uri: Uri) -> bool:
-    """A directory or prefix: the path ends in ``/``, or names a local
-    directory."""
-    return parsed(uri).is_dir
 
 
 def directory(uri: Uri) -> str:
@@ -99,12 +88,6 @@ def name(uri: Uri) -> str:
 def sibling(uri: Uri, other: str) -> str:
     """The object called ``other`` in the folder ``uri`` is in."""
     return parsed(uri).sibling(other).head
-
-
-def child(uri: Uri, other: str) -> str:
-    """``other`` inside the directory or prefix ``uri`` (which may lack its
-    trailing ``/``); a URL keeps its query string."""
-    return text(parsed(uri).child(other))
 
 
 def as_directory(uri: str) -> str:
