@@ -36,6 +36,32 @@ def test_a_store_serving_in_turn_is_told_in_the_stats_and_the_log(
     seaweed: SeaweedFS, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     sd, uri = _uploaded(seaweed, tmp_path, 11, 256, "adapt/m.tensors")  # 16 MiB
+    # The open's probes, answered one service apart with discovery's read,
+    # tell it before any part is sent, unless a busy machine spaces the
+    # answers unevenly (CI's first test, on a cold machine, once): then the
+    # load's first answers tell it instead. Every load must say it; one of
+    # three opens must have seen it.
+    seen_at_open = []
+    for _ in range(3):
+        caplog.clear()
+        stats, probed = _loaded_in_turn(seaweed, uri, sd, caplog)
+        at_open = any("the store serves requests in turn" in m for m in probed)
+        # The load's verdict, and where it came from, match what the probe saw.
+        assert ("seen when it was opened" in stats.adaptations[0]) == at_open, (stats, probed)
+        seen_at_open.append(at_open)
+        if at_open:
+            break
+    assert any(seen_at_open), seen_at_open
+
+
+def _loaded_in_turn(
+    seaweed: SeaweedFS,
+    uri: str,
+    sd: dict[str, torch.Tensor],
+    caplog: pytest.LogCaptureFixture,
+) -> tuple[fastshard.LoadStats, list[str]]:
+    """A load through a proxy serving in turn, checked bit-equal and told
+    so in its stats and the log; its stats and the open's probe records."""
     with PyShaper(seaweed.s3_port, latency_ms=20, rate_mbps=200, service_ms=100) as proxy:
         with caplog.at_level(logging.DEBUG, logger="fastshard"):
             with fastshard.open(uri, **seaweed.opts(s3_endpoint=proxy.endpoint)) as f:
@@ -43,16 +69,13 @@ def test_a_store_serving_in_turn_is_told_in_the_stats_and_the_log(
                 stats = f.stats
     assert_state_equal(got, sd)
     said = stats.adaptations
-    # The open's probes, answered one service apart with discovery's read, told
-    # it before any part was sent; the load's first request measured the
-    # rate the rest was cut by.
     assert said and said[0].startswith("store serves requests in turn ("), stats
-    assert "seen when it was opened" in said[0] and " MB/s before" in said[0], said
+    assert " MB/s before" in said[0], said
     assert stats.requests > 1, stats
     logged = [r.getMessage() for r in caplog.records if r.name.startswith("fastshard.exec")]
     assert any(m.startswith("store serves requests in turn (") for m in logged), logged
     probed = [r.getMessage() for r in caplog.records if r.name.startswith("fastshard.session")]
-    assert any("the store serves requests in turn" in m for m in probed), probed
+    return stats, probed
 
 
 def _near(stats: fastshard.LoadStats) -> bool:

@@ -7,6 +7,10 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any, Unpack
 
+# Not used by name: the public signatures' torch types (``_core.DeviceLike``,
+# ``DtypeLike``) are forward references that typing.get_type_hints resolves here.
+import torch  # noqa: F401
+
 from . import _core, _gc, packed, shard, tp
 from ._index import Index
 from ._nested import StateDict
