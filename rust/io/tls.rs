@@ -47,11 +47,13 @@ mod tests {
 
     #[test]
     fn empty_or_missing_bundles_are_rejected() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("not-a-bundle.pem");
-        std::fs::write(&p, "worker_processes 1;\n").unwrap();
-        assert!(read_ca_bundle(&p).is_err());
-        assert!(read_ca_bundle(&dir.path().join("missing.pem")).is_err());
+        // An nginx config where a bundle was expected holds no certificate.
+        let not_a_bundle = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(not_a_bundle.path(), "worker_processes 1;\n").unwrap();
+        assert!(read_ca_bundle(not_a_bundle.path()).is_err());
+        let gone = not_a_bundle.path().to_owned();
+        drop(not_a_bundle);
+        assert!(read_ca_bundle(&gone).is_err());
     }
 
     #[test]

@@ -37,6 +37,9 @@ class Engine:
     ) -> None:
         self._reader: _native.Reader | None = reader
         self._settings = settings
+        # The open's settings, which no load changes (a TensorSource's).
+        self.budget: Budget = settings.budget
+        self.verify_hash: bool = settings.verify_hash
         self._infos = infos
         self._native_index = native_index
         self.uri: str = reader.uri
@@ -48,14 +51,6 @@ class Engine:
         self._first_fill: float | None = None
 
     # -- TensorSource ------------------------------------------------------
-    @property
-    def budget(self) -> Budget:
-        return self._settings.budget
-
-    @property
-    def verify_hash(self) -> bool:
-        return self._settings.verify_hash
-
     @property
     def encrypted(self) -> bool:
         return self.native().encrypted

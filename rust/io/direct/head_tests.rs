@@ -51,11 +51,12 @@ fn unusual_bodies_and_connections_are_told_apart() {
 
 #[test]
 fn garbage_is_a_network_error() {
-    for raw in [
-        &b"SSH-2.0-OpenSSH_9.2\r\n\r\n"[..],
+    let garbage: [&[u8]; 3] = [
+        b"SSH-2.0-OpenSSH_9.2\r\n\r\n",
         b"HTTP/1.1 20 OK\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nBad Header\r\n\r\n",
-    ] {
+    ];
+    for raw in garbage {
         let e = parse(raw).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Network, "{e}");
         assert!(e.message().starts_with("unreadable HTTP response head"));
