@@ -1,12 +1,12 @@
-"""Shared fixtures: writing files with the real tensorizer, random tensors of
-every dtype, bit-exact comparison and a parser for byte-patching files."""
+"""Shared fixtures: the servers, the corpora on them, random tensors of
+every dtype and bit-exact comparison (tensorizer's own files, written, read
+and located byte by byte: tensorizer_files.py)."""
 
 from __future__ import annotations
 
 import math
 import os
 import shutil
-import struct
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +16,7 @@ import pytest
 import torch
 from fault_proxy import FaultProxy, Faults
 from servers import MotoS3, Nginx, RcloneS3, S3Store, SeaweedFS, require_binary
+from tensorizer_files import tensorizer_write
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # vLLM's config objects and argument parsing need it on a machine without a
@@ -189,70 +190,6 @@ def assert_state_equal(actual: dict, expected: dict) -> None:
     assert list(actual) == list(expected)
     for key, value in expected.items():
         assert_bit_equal(actual[key], value)
-
-
-def tensorizer_write(obj: Any, path: Path, **kwargs: Any) -> Path:
-    """Write ``obj`` with the real tensorizer: ``write_module`` for modules,
-    ``write_state_dict`` otherwise."""
-    from tensorizer import TensorSerializer
-
-    ser = TensorSerializer(str(path))
-    if isinstance(obj, torch.nn.Module):
-        ser.write_module(obj, **kwargs)
-    else:
-        ser.write_state_dict(obj, **kwargs)
-    ser.close()
-    return path
-
-
-def tensorizer_read(path: Path, **kwargs: Any) -> dict[Any, torch.Tensor]:
-    from tensorizer import TensorDeserializer
-
-    with TensorDeserializer(str(path), device="cpu", **kwargs) as d:
-        return {k: v.detach().clone() for k, v in d.items()}
-
-
-def layout(path: Path) -> list[dict[str, Any]]:
-    """Byte positions of every index entry and record field of an
-    unversioned (data version < 5) file, for patching tests."""
-    data = Path(path).read_bytes()
-    count, mlen = struct.unpack_from("<QQ", data, 0x39)
-    pos = 0x49
-    out = []
-    for _ in range(count):
-        entry = pos
-        (nl,) = struct.unpack_from("<H", data, pos)
-        name = data[pos + 2 : pos + 2 + nl]
-        pos += 2 + nl + 1
-        dl = data[pos]
-        pos += 1 + dl
-        nd = data[pos]
-        dims = struct.unpack_from(f"<{nd}I", data, pos + 1)
-        pos += 1 + 4 * nd
-        ho, do, dlen = struct.unpack_from("<QQQ", data, pos)
-        rec_dtype = ho + 8 + 2 + 1 + 2 + nl + 1
-        out.append(
-            {
-                "name": name.decode("utf-8", "replace"),
-                "entry": entry,
-                "offsets_at": pos,  # header_offset, data_offset, data_length (3 × u64)
-                "dims": dims,
-                "header_offset": ho,
-                "data_offset": do,
-                "data_length": dlen,
-                "record_dtype_at": rec_dtype,
-                "record_dims_at": rec_dtype + dl + 1,
-            }
-        )
-        pos += 24
-    assert pos <= 0x49 + mlen
-    return out
-
-
-def patch(path: Path, offset: int, new: bytes) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        f.write(new)
 
 
 @pytest.fixture

@@ -171,6 +171,26 @@ class FaultProxy:
                 self._conns.add(conn)
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
+    def _request(
+        self, raw: bytes, target: str, headers: dict[str, str], fate: str
+    ) -> tuple[bytes, bool]:
+        """The request head as the faults send it upstream, and whether its
+        Range was shifted."""
+        # Unsigned requests really get other bytes (their honest
+        # Content-Range is the only tell); a SigV4 request signs its
+        # Range, so there the answer only claims another range.
+        signed = "authorization" in headers or _QUERY_SIGNATURE in target.lower()
+        shift_request = fate == "wrong_range" and "range" in headers and not signed
+        if shift_request:
+            raw = _rewrite_header(raw, b"range", _shifted_request_range)
+        if self.faults.forge_signature and _QUERY_SIGNATURE in target.lower():
+            raw = _forged_query(raw)
+        if self.faults.forge_signature == "all" and "authorization" in headers:
+            raw = _rewrite_header(raw, b"authorization", _forged_authorization)
+        if self.faults.ignore_conditions:
+            raw = _drop_headers(raw, CONDITIONS)
+        return raw, shift_request
+
     def _serve(self, client: socket.socket) -> None:
         upstream: socket.socket | None = None
         try:
@@ -198,35 +218,14 @@ class FaultProxy:
                     upstream = socket.create_connection(self.upstream, timeout=60)
                     urf = SockReader(upstream)
                 assert urf is not None
-                # Unsigned requests really get other bytes (their honest
-                # Content-Range is the only tell); a SigV4 request signs its
-                # Range, so there the answer only claims another range.
-                signed = "authorization" in headers or _QUERY_SIGNATURE in target.lower()
-                shift_request = fate == "wrong_range" and "range" in headers and not signed
-                if shift_request:
-                    raw = _rewrite_header(raw, b"range", _shifted_request_range)
-                if self.faults.forge_signature and _QUERY_SIGNATURE in target.lower():
-                    raw = _forged_query(raw)
-                if self.faults.forge_signature == "all" and "authorization" in headers:
-                    raw = _rewrite_header(raw, b"authorization", _forged_authorization)
-                if self.faults.ignore_conditions:
-                    raw = _drop_headers(raw, CONDITIONS)
+                raw, shift_request = self._request(raw, target, headers, fate)
                 upstream.sendall(raw + body)
                 resp = read_head(urf)
                 if resp is None:
                     reset(client)
                     return
                 status_line, rheaders, rraw = resp
-                status = int(status_line.split(" ", 2)[1])
-                chunked = "chunked" in rheaders.get("transfer-encoding", "").lower()
-                if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-                    length: int | None = 0
-                elif chunked:
-                    length = None
-                elif "content-length" in rheaders:
-                    length = int(rheaders["content-length"])
-                else:
-                    length = -1  # until the upstream closes
+                length = _body_length(method, int(status_line.split(" ", 2)[1]), rheaders)
                 if fate == "truncate" and length and length > 1:
                     client.sendall(rraw)
                     relay(urf, client, length // 2)
@@ -273,6 +272,17 @@ class FaultProxy:
             if upstream is not None:
                 with contextlib.suppress(OSError):
                     upstream.close()
+
+
+def _body_length(method: str, status: int, headers: dict[str, str]) -> int | None:
+    """An answer's body length: None when chunked, -1 until the upstream closes."""
+    if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+        return 0
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        return None
+    if "content-length" in headers:
+        return int(headers["content-length"])
+    return -1
 
 
 CONDITIONS = (b"if-match", b"if-none-match", b"if-unmodified-since", b"if-modified-since")

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from conftest import DTYPES, assert_bit_equal, random_tensor, small_net, tensorizer_write
+from conftest import DTYPES, assert_bit_equal, random_tensor, small_net
+from tensorizer_files import tensorizer_write
 
 import fastshard
 

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 import torch
-from conftest import assert_bit_equal, random_tensor, small_net, tensorizer_read
+from conftest import assert_bit_equal, random_tensor, small_net
+from tensorizer_files import tensorizer_read
 
 import fastshard
 

@@ -10,7 +10,8 @@ import struct
 
 import pytest
 import torch
-from conftest import layout, patch, random_tensor, small_net
+from conftest import random_tensor, small_net
+from tensorizer_files import layout, patch
 
 import fastshard
 

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 import torch
-from conftest import layout, patch, random_tensor
+from conftest import random_tensor
+from tensorizer_files import layout, patch
 
 SD = {
     "embed.weight": random_tensor(torch.float32, (8, 4), 1),

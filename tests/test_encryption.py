@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import assert_bit_equal, layout, patch, random_tensor, small_net
+from conftest import assert_bit_equal, random_tensor, small_net
+from tensorizer_files import layout, patch
 
 import fastshard
 from fastshard import EncryptionKey

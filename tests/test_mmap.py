@@ -11,15 +11,8 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import (
-    DTYPES,
-    assert_bit_equal,
-    assert_state_equal,
-    layout,
-    patch,
-    random_tensor,
-    tensorizer_read,
-)
+from conftest import DTYPES, assert_bit_equal, assert_state_equal, random_tensor
+from tensorizer_files import layout, patch, tensorizer_read
 
 import fastshard
 from fastshard import EncryptionKey, ShardSpec

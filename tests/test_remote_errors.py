@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 import remote_files
 import torch
-from conftest import as_bytes, assert_bit_equal, layout, patch, random_tensor, tensorizer_write
+from conftest import as_bytes, assert_bit_equal, random_tensor
 from fault_proxy import FaultProxy, Faults
 from servers import MotoS3, no_range_server, require_binary
+from tensorizer_files import layout, patch, tensorizer_write
 
 import fastshard
 

@@ -7,17 +7,10 @@ import filecmp
 
 import pytest
 import torch
-from conftest import (
-    DTYPES,
-    SmallNet,
-    assert_bit_equal,
-    random_tensor,
-    small_net,
-    tensorizer_read,
-    tensorizer_write,
-)
+from conftest import DTYPES, SmallNet, assert_bit_equal, random_tensor, small_net
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tensorizer_files import tensorizer_read, tensorizer_write
 
 import fastshard
 

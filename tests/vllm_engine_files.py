@@ -261,6 +261,15 @@ def tp1_steps(files: Files, root: Path) -> list[dict[str, Any]]:
                     },
                 }
             )
+    return steps + _processed_and_other_models(files, root, base)
+
+
+def _processed_and_other_models(
+    files: Files, root: Path, base: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """tp1's steps after the formats: processed weights served and
+    serialized again, the real MiniLM, and the bad files."""
+    steps: list[dict[str, Any]] = []
     processed = f"{root}/processed/model-rank-000.tensors"
     steps.append(
         {
