@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from proxy_wire import SockReader, read_head, relay, relay_chunked, reset
+from proxy_wire import SockReader, body_length, read_head, relay, relay_chunked, reset
 
 SLOW_DOWN = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
@@ -225,7 +225,7 @@ class FaultProxy:
                     reset(client)
                     return
                 status_line, rheaders, rraw = resp
-                length = _body_length(method, int(status_line.split(" ", 2)[1]), rheaders)
+                length = body_length(method, int(status_line.split(" ", 2)[1]), rheaders)
                 if fate == "truncate" and length and length > 1:
                     client.sendall(rraw)
                     relay(urf, client, length // 2)
@@ -272,17 +272,6 @@ class FaultProxy:
             if upstream is not None:
                 with contextlib.suppress(OSError):
                     upstream.close()
-
-
-def _body_length(method: str, status: int, headers: dict[str, str]) -> int | None:
-    """An answer's body length: None when chunked, -1 until the upstream closes."""
-    if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-        return 0
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        return None
-    if "content-length" in headers:
-        return int(headers["content-length"])
-    return -1
 
 
 CONDITIONS = (b"if-match", b"if-none-match", b"if-unmodified-since", b"if-modified-since")

@@ -69,6 +69,18 @@ def read_head(rf: Any) -> tuple[str, dict[str, str], bytes] | None:
     return first.decode("latin-1").rstrip("\r\n"), headers, b"".join(raw)
 
 
+def body_length(method: str, status: int, headers: dict[str, str]) -> int | None:
+    """The length of the body that follows an answer's head (to a request of
+    ``method``): None when chunked, -1 until the sender closes."""
+    if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+        return 0
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        return None
+    if "content-length" in headers:
+        return int(headers["content-length"])
+    return -1
+
+
 def relay(rf: Any, out: socket.socket, length: int | None) -> None:
     left = length
     while left is None or left > 0:
